@@ -1,0 +1,99 @@
+// Kernel microbenchmarks: gemm_nt at decode (M = 1..8) and prefill (M = 128)
+// shapes and attend at two cache lengths, for every ISA this CPU runs.
+// bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
+// the quantity that bounds decode speed; FLOP/s is 2*M*N*K per gemm call.
+//
+// The "hot" gemm runs reuse one W, which then sits in L2/L3; the "stream"
+// runs rotate through enough copies of W (> 64 MiB) that every call reads
+// it from DRAM, as a real model's weights are.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace {
+
+using k3::kernels::Isa;
+using k3::kernels::KernelTable;
+
+std::vector<float> random_vec(int64_t n) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// C[M, N] = A[M, K] . W[N, K]^T over `copies` distinct W matrices in turn.
+void bm_gemm(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K,
+             int64_t copies) {
+  const auto A = random_vec(M * K);
+  const auto W = random_vec(copies * N * K);
+  std::vector<float> C(static_cast<size_t>(M * N));
+  int64_t i = 0;
+  for (auto _ : state) {
+    const float* w = W.data() + (i++ % copies) * N * K;
+    t->gemm_nt(M, 0, N, K, A.data(), K, w, K, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * N * K * static_cast<int64_t>(sizeof(float)));
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(M * N * K),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// One query head over a [len, hd] K/V cache.
+void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd) {
+  const auto q = random_vec(hd), k = random_vec(len * hd), v = random_vec(len * hd);
+  std::vector<float> out(static_cast<size_t>(hd));
+  const float scale = 0.125f;
+  for (auto _ : state) {
+    t->attend(q.data(), k.data(), v.data(), len, hd, hd, scale, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * len * hd * static_cast<int64_t>(sizeof(float)));
+  state.counters["FLOP/s"] = benchmark::Counter(4.0 * static_cast<double>(len * hd),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+struct GemmShape {
+  int64_t M, N, K;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  constexpr int64_t kStreamBytes = int64_t{64} << 20;
+  const GemmShape shapes[] = {{1, 1536, 512}, {4, 1536, 512}, {8, 1536, 512}, {128, 1536, 512},
+                              {1, 512, 1536}, {4, 512, 1536}, {8, 512, 1536}, {128, 512, 1536}};
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    const KernelTable* t = k3::kernels::table_for(isa);
+    if (t == nullptr) continue;
+    const std::string prefix(k3::kernels::isa_name(isa));
+    for (const GemmShape& s : shapes) {
+      const std::string shape =
+          "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_hot" + shape).c_str(), bm_gemm, t, s.M, s.N,
+                                   s.K, int64_t{1});
+      if (s.M <= 8) {
+        const int64_t copies = kStreamBytes / (s.N * s.K * 4) + 1;
+        benchmark::RegisterBenchmark((prefix + "/gemm_nt_stream" + shape).c_str(), bm_gemm, t, s.M,
+                                     s.N, s.K, copies);
+      }
+    }
+    for (int64_t len : {128, 1024}) {
+      benchmark::RegisterBenchmark((prefix + "/attend/len" + std::to_string(len) + "_hd64").c_str(),
+                                   bm_attend, t, len, int64_t{64});
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

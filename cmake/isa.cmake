@@ -1,0 +1,19 @@
+# Per-ISA translation units. Generic code is built for baseline x86-64 so the
+# binary runs anywhere; each SIMD kernel file gets its own flags and is chosen
+# at run time from CPUID (src/kernels/dispatch.cc).
+set(K3_AVX2_FLAGS -mavx2 -mfma -mf16c)
+set(K3_AVX512_FLAGS -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c)
+
+function(k3_isa_sources target isa)
+  if(isa STREQUAL "avx2")
+    set(flags ${K3_AVX2_FLAGS})
+  elseif(isa STREQUAL "avx512")
+    set(flags ${K3_AVX512_FLAGS})
+  else()
+    message(FATAL_ERROR "unknown isa ${isa}")
+  endif()
+  foreach(src ${ARGN})
+    set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${flags}")
+  endforeach()
+  target_sources(${target} PRIVATE ${ARGN})
+endfunction()

@@ -1,0 +1,153 @@
+// Checkpoint loading and random initialization.
+#include "frontend/checkpoint/checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "ir/graph.h"
+#include "util/half.h"
+#include "util/rng.h"
+
+namespace k3 {
+
+std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
+  const int64_t d = c.d_model, q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
+  const bool ln = c.norm_type == NormType::kLayerNorm;
+  std::vector<TensorSpec> t;
+  auto norm = [&](const std::string& prefix) {
+    t.push_back({prefix + ".weight", {d}, InitKind::kNormWeight});
+    if (ln) t.push_back({prefix + ".bias", {d}, InitKind::kNormBias});
+  };
+  t.push_back({"tok_embeddings.weight", {c.vocab_size, d}, InitKind::kEmbedding});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    norm(p + "attn_norm");
+    t.push_back({p + "attn.wq.weight", {q, d}, InitKind::kLinear});
+    t.push_back({p + "attn.wk.weight", {kv, d}, InitKind::kLinear});
+    t.push_back({p + "attn.wv.weight", {kv, d}, InitKind::kLinear});
+    t.push_back({p + "attn.wo.weight", {d, q}, InitKind::kLinear});
+    norm(p + "moe_norm");
+    t.push_back({p + "moe.gate.weight", {c.n_experts, d}, InitKind::kLinear});
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      const std::string pe = p + "moe.experts." + std::to_string(e) + ".";
+      t.push_back({pe + "w_up.weight", {c.d_ff, d}, InitKind::kLinear});
+      if (c.expert_type == ExpertType::kSwiglu) t.push_back({pe + "w_gate.weight", {c.d_ff, d}, InitKind::kLinear});
+      t.push_back({pe + "w_down.weight", {d, c.d_ff}, InitKind::kLinear});
+    }
+  }
+  norm("norm");
+  t.push_back({"output.weight", {c.vocab_size, d}, InitKind::kLinear});
+  return t;
+}
+
+StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return not_found("model directory " + dir + " does not exist");
+  auto ck = std::shared_ptr<Checkpoint>(new Checkpoint());
+  ck->dir_ = dir;
+  K3_ASSIGN_OR_RETURN(ck->config_, load_config((fs::path(dir) / "config.json").string()));
+  K3_ASSIGN_OR_RETURN(ck->file_, SafetensorsFile::open((fs::path(dir) / "model.safetensors").string()));
+  const std::string where = ck->file_->path();
+
+  const std::vector<TensorSpec> specs = expected_tensors(ck->config_);
+  for (const auto& [name, info] : ck->file_->tensors()) {
+    bool known = std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.name == name; });
+    if (!known) return invalid_argument(where + ": unexpected tensor " + name + " (not in the K3 contract for this config)");
+  }
+  bool first = true;
+  for (const TensorSpec& spec : specs) {
+    const TensorInfo* t = ck->file_->find(spec.name);
+    if (t == nullptr) return invalid_argument(where + ": missing tensor " + spec.name);
+    if (t->shape != spec.shape)
+      return invalid_argument(where + ": tensor " + spec.name + " has shape " + ir::shape_to_string(t->shape) + ", expected " +
+                              ir::shape_to_string(spec.shape));
+    if (first) ck->file_dtype_ = t->dtype;
+    else if (ck->file_dtype_ != t->dtype) ck->file_dtype_ = ir::DType::kF32;
+    first = false;
+    const uint8_t* src = ck->file_->data(*t);
+    const size_t n = static_cast<size_t>(t->size / ir::dtype_size(t->dtype));
+    const float* data = nullptr;
+    if (t->dtype == ir::DType::kF32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
+      data = reinterpret_cast<const float*>(src);
+    } else if (t->dtype == ir::DType::kF32 || t->dtype == ir::DType::kBF16 || t->dtype == ir::DType::kF16) {
+      auto buf = std::unique_ptr<float[]>(new float[n]);
+      for (size_t i = 0; i < n; ++i) {
+        if (t->dtype == ir::DType::kF32) {
+          std::memcpy(&buf[i], src + 4 * i, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, src + 2 * i, 2);
+          buf[i] = t->dtype == ir::DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+        }
+      }
+      data = buf.get();
+      ck->owned_.push_back(std::move(buf));
+    } else {
+      return invalid_argument(where + ": tensor " + spec.name + " has dtype " + std::string(ir::dtype_name(t->dtype)) +
+                              "; weights must be F32, BF16 or F16");
+    }
+    ck->weights_.emplace_back(spec.name, data);
+  }
+  std::sort(ck->weights_.begin(), ck->weights_.end());
+  return ck;
+}
+
+const float* Checkpoint::weight(const std::string& name) const {
+  auto it = std::lower_bound(weights_.begin(), weights_.end(), name,
+                             [](const auto& p, const std::string& n) { return p.first < n; });
+  K3_CHECK(it != weights_.end() && it->first == name);  // the contract was validated at load
+  return it->second;
+}
+
+Status init_model(const ModelConfig& config, uint64_t seed, ir::DType dtype, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  K3_RETURN_IF_ERROR(config.validate());
+  if (dtype != ir::DType::kF32 && dtype != ir::DType::kBF16) return invalid_argument("init-model: dtype must be f32 or bf16");
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return io_error("cannot create directory " + out_dir + ": " + ec.message());
+
+  std::vector<TensorToWrite> tensors;
+  for (const TensorSpec& spec : expected_tensors(config)) {
+    // One stream per tensor, keyed by (seed, name): reproducible whatever
+    // the tensor order, and independent across tensors.
+    uint64_t s = seed ^ fnv1a64(spec.name);
+    Rng rng(splitmix64(s));
+    const int64_t fan_in = spec.shape.back();
+    // Uniform(-a, a) has standard deviation a / sqrt(3).
+    double center = 0.0, a = 0.0;
+    switch (spec.init) {
+      case InitKind::kEmbedding: a = std::sqrt(3.0); break;
+      case InitKind::kLinear: a = std::sqrt(3.0 / static_cast<double>(fan_in)); break;
+      case InitKind::kNormWeight: center = 1.0, a = 0.25; break;
+      case InitKind::kNormBias: a = 0.25; break;
+    }
+    int64_t n = 1;
+    for (int64_t dim : spec.shape) n *= dim;
+    TensorToWrite t{spec.name, dtype, spec.shape, {}};
+    t.bytes.resize(static_cast<size_t>(n) * ir::dtype_size(dtype));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(center + a * (2.0 * rng.uniform() - 1.0));
+      if (dtype == ir::DType::kF32) {
+        std::memcpy(t.bytes.data() + 4 * i, &v, 4);
+      } else {
+        const uint16_t h = f32_to_bf16(v);
+        std::memcpy(t.bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    tensors.push_back(std::move(t));
+  }
+  std::ofstream cfg(fs::path(out_dir) / "config.json", std::ios::trunc);
+  if (!cfg) return io_error("cannot write " + (fs::path(out_dir) / "config.json").string());
+  cfg << config.to_json();
+  cfg.close();
+  if (!cfg) return io_error("error writing config.json");
+  return write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors,
+                           {{"format", "pt"}, {"generator", "k3 init-model"}, {"seed", std::to_string(seed)}});
+}
+
+}  // namespace k3

@@ -1,0 +1,48 @@
+// The one list of IR ops.
+//
+// Every op appears here exactly once. The list is expanded (X-macro) in:
+//   ir/shape_rules.cc        -> infer_<op>()      shape and dtype rule
+//   runtime/ops/ref_ops.cc   -> ref_<op>()        scalar reference implementation
+//   runtime/ops/registry.cc  -> run_<op>()        optimized implementation
+//   tests/runtime/test_ops.cc -> test_<op>()      fast vs reference test
+// so adding an op without any of the four fails to compile.
+//
+// X(Enum, "Name"). Scratch memory an op needs comes from the arena; its size
+// is an execution concern and lives with the implementation (registry.cc).
+#pragma once
+
+#define K3_OP_LIST(X)                                                                      \
+  /* [V,D] table, [T] i32 ids -> [T,D] */                                                  \
+  X(Embedding, "Embedding")                                                         \
+  /* [T,D], w[D], b[D] -> [T,D]; attr eps */                                               \
+  X(LayerNorm, "LayerNorm")                                                         \
+  /* [T,D], w[D] -> [T,D]; attr eps */                                                     \
+  X(RmsNorm, "RmsNorm")                                                             \
+  /* [T,K] x W[N,K] -> [T,N]  (PyTorch Linear layout, no bias) */                          \
+  X(Linear, "Linear")                                                               \
+  /* [T,D] + [T,D] -> [T,D] */                                                             \
+  X(Add, "Add")                                                                     \
+  /* [T,H*hd], positions[T] i32, cos,sin[L,hd/2] -> [T,H*hd]; attr head_dim (rotate-half) */\
+  X(Rope, "Rope")                                                                   \
+  /* q[T,Hq*hd], k,v[T,Hkv*hd], positions[T], slots[T], kcache, vcache -> [T,Hq*hd] */     \
+  X(CachedAttention, "CachedAttention")                                             \
+  /* x[T,D], gate[E,D], per expert: w_up[F,D] (w_gate[F,D]) w_down[D,F] -> [T,D] */       \
+  X(Moe, "Moe")                                                                      \
+  /* x[T,D], rows[R] i32 -> [R,D]  (select the rows whose logits are needed) */            \
+  X(GatherRows, "GatherRows")
+
+namespace k3::ir {
+
+enum class OpKind : uint8_t {
+#define K3_OP_ENUM(e, name) k##e,
+  K3_OP_LIST(K3_OP_ENUM)
+#undef K3_OP_ENUM
+};
+
+#define K3_OP_COUNT(e, name) +1
+inline constexpr int kNumOps = 0 K3_OP_LIST(K3_OP_COUNT);
+#undef K3_OP_COUNT
+
+const char* op_name(OpKind op);
+
+}  // namespace k3::ir

@@ -1,0 +1,205 @@
+// Shape and dtype rules, one function per op of ir/op_table.h.
+//
+// Each rule validates its inputs (count, dtype, rank, matching dims, attrs)
+// and returns a message naming the mismatch, so a malformed graph is rejected
+// when it is built rather than misbehaving when it runs.
+#include <string>
+
+#include "ir/graph.h"
+
+namespace k3::ir {
+namespace {
+
+using Outs = std::vector<OutType>;
+
+Status expect_inputs(const Node& n, size_t count) {
+  if (n.inputs.size() != count)
+    return invalid_argument("expects " + std::to_string(count) + " inputs, got " + std::to_string(n.inputs.size()));
+  return Status();
+}
+
+Status expect(const Value& v, DType dtype, size_t rank, const char* what) {
+  if (v.dtype != dtype)
+    return invalid_argument(std::string(what) + " " + v.name + " must be " + std::string(dtype_name(dtype)) + ", is " +
+                            std::string(dtype_name(v.dtype)));
+  if (v.shape.size() != rank)
+    return invalid_argument(std::string(what) + " " + v.name + " must have rank " + std::to_string(rank) + ", has shape " +
+                            shape_to_string(v.shape));
+  return Status();
+}
+
+Status expect_dim(const Value& v, size_t axis, int64_t want, const char* what) {
+  if (v.shape[axis] != want)
+    return invalid_argument(std::string(what) + " " + v.name + " has shape " + shape_to_string(v.shape) + ", expected dim " +
+                            std::to_string(axis) + " = " + std::to_string(want));
+  return Status();
+}
+
+Status positive_attr(const Node& n, const char* key, int64_t& out) {
+  out = n.attr_int(key, 0);
+  if (out <= 0) return invalid_argument(std::string("attribute ") + key + " must be positive");
+  return Status();
+}
+
+Status infer_Embedding(const Graph& g, const Node& n, Outs& out) {
+  K3_RETURN_IF_ERROR(expect_inputs(n, 2));
+  const Value& table = g.value(n.inputs[0]);
+  const Value& ids = g.value(n.inputs[1]);
+  K3_RETURN_IF_ERROR(expect(table, DType::kF32, 2, "table"));
+  K3_RETURN_IF_ERROR(expect(ids, DType::kI32, 1, "ids"));
+  out.push_back({DType::kF32, {ids.shape[0], table.shape[1]}, ids.row_dim});
+  return Status();
+}
+
+Status norm_common(const Graph& g, const Node& n, size_t n_params, Outs& out) {
+  K3_RETURN_IF_ERROR(expect_inputs(n, 1 + n_params));
+  const Value& x = g.value(n.inputs[0]);
+  K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
+  for (size_t i = 1; i <= n_params; ++i) {
+    const Value& p = g.value(n.inputs[i]);
+    K3_RETURN_IF_ERROR(expect(p, DType::kF32, 1, "parameter"));
+    K3_RETURN_IF_ERROR(expect_dim(p, 0, x.shape[1], "parameter"));
+  }
+  if (!(n.attr_float("eps", -1.0) > 0.0)) return invalid_argument("attribute eps must be positive");
+  out.push_back({DType::kF32, x.shape, x.row_dim});
+  return Status();
+}
+
+Status infer_LayerNorm(const Graph& g, const Node& n, Outs& out) { return norm_common(g, n, 2, out); }
+Status infer_RmsNorm(const Graph& g, const Node& n, Outs& out) { return norm_common(g, n, 1, out); }
+
+Status infer_Linear(const Graph& g, const Node& n, Outs& out) {
+  K3_RETURN_IF_ERROR(expect_inputs(n, 2));
+  const Value& x = g.value(n.inputs[0]);
+  const Value& w = g.value(n.inputs[1]);
+  K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
+  K3_RETURN_IF_ERROR(expect(w, DType::kF32, 2, "weight"));
+  K3_RETURN_IF_ERROR(expect_dim(w, 1, x.shape[1], "weight"));
+  out.push_back({DType::kF32, {x.shape[0], w.shape[0]}, x.row_dim});
+  return Status();
+}
+
+Status infer_Add(const Graph& g, const Node& n, Outs& out) {
+  K3_RETURN_IF_ERROR(expect_inputs(n, 2));
+  const Value& a = g.value(n.inputs[0]);
+  const Value& b = g.value(n.inputs[1]);
+  K3_RETURN_IF_ERROR(expect(a, DType::kF32, 2, "input"));
+  K3_RETURN_IF_ERROR(expect(b, DType::kF32, 2, "input"));
+  if (a.shape != b.shape || a.row_dim != b.row_dim)
+    return invalid_argument("operand shapes differ: " + shape_to_string(a.shape) + " vs " + shape_to_string(b.shape));
+  out.push_back({DType::kF32, a.shape, a.row_dim});
+  return Status();
+}
+
+Status infer_Rope(const Graph& g, const Node& n, Outs& out) {
+  K3_RETURN_IF_ERROR(expect_inputs(n, 4));
+  const Value& x = g.value(n.inputs[0]);
+  const Value& pos = g.value(n.inputs[1]);
+  const Value& cos = g.value(n.inputs[2]);
+  const Value& sin = g.value(n.inputs[3]);
+  K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
+  K3_RETURN_IF_ERROR(expect(pos, DType::kI32, 1, "positions"));
+  K3_RETURN_IF_ERROR(expect_dim(pos, 0, x.shape[0], "positions"));
+  int64_t hd = 0;
+  K3_RETURN_IF_ERROR(positive_attr(n, "head_dim", hd));
+  if (hd % 2 != 0 || x.shape[1] % hd != 0) return invalid_argument("head_dim must be even and divide the row width");
+  // Tables [max_positions, head_dim/2], precomputed once (see build_graph.cc).
+  K3_RETURN_IF_ERROR(expect(cos, DType::kF32, 2, "cos table"));
+  K3_RETURN_IF_ERROR(expect(sin, DType::kF32, 2, "sin table"));
+  K3_RETURN_IF_ERROR(expect_dim(cos, 1, hd / 2, "cos table"));
+  if (sin.shape != cos.shape) return invalid_argument("sin and cos tables differ in shape");
+  out.push_back({DType::kF32, x.shape, x.row_dim});
+  return Status();
+}
+
+Status infer_CachedAttention(const Graph& g, const Node& n, Outs& out) {
+  K3_RETURN_IF_ERROR(expect_inputs(n, 7));
+  int64_t hq = 0, hkv = 0, hd = 0;
+  K3_RETURN_IF_ERROR(positive_attr(n, "n_heads", hq));
+  K3_RETURN_IF_ERROR(positive_attr(n, "n_kv_heads", hkv));
+  K3_RETURN_IF_ERROR(positive_attr(n, "head_dim", hd));
+  if (hq % hkv != 0) return invalid_argument("n_heads must be a multiple of n_kv_heads");
+  const Value& q = g.value(n.inputs[0]);
+  const Value& k = g.value(n.inputs[1]);
+  const Value& v = g.value(n.inputs[2]);
+  K3_RETURN_IF_ERROR(expect(q, DType::kF32, 2, "q"));
+  K3_RETURN_IF_ERROR(expect(k, DType::kF32, 2, "k"));
+  K3_RETURN_IF_ERROR(expect(v, DType::kF32, 2, "v"));
+  K3_RETURN_IF_ERROR(expect_dim(q, 1, hq * hd, "q"));
+  K3_RETURN_IF_ERROR(expect_dim(k, 1, hkv * hd, "k"));
+  K3_RETURN_IF_ERROR(expect_dim(v, 1, hkv * hd, "v"));
+  K3_RETURN_IF_ERROR(expect_dim(k, 0, q.shape[0], "k"));
+  K3_RETURN_IF_ERROR(expect_dim(v, 0, q.shape[0], "v"));
+  for (int i = 3; i <= 4; ++i) {
+    const Value& idx = g.value(n.inputs[static_cast<size_t>(i)]);
+    K3_RETURN_IF_ERROR(expect(idx, DType::kI32, 1, i == 3 ? "positions" : "slots"));
+    K3_RETURN_IF_ERROR(expect_dim(idx, 0, q.shape[0], "index"));
+  }
+  // Cache layout [slots, n_kv_heads, max_seq, head_dim]; see runtime/kv_cache.h.
+  for (int i = 5; i <= 6; ++i) {
+    const Value& c = g.value(n.inputs[static_cast<size_t>(i)]);
+    K3_RETURN_IF_ERROR(expect(c, DType::kF32, 4, "cache"));
+    if (c.kind != ValueKind::kState) return invalid_argument("cache " + c.name + " must be a state value");
+    K3_RETURN_IF_ERROR(expect_dim(c, 1, hkv, "cache"));
+    K3_RETURN_IF_ERROR(expect_dim(c, 3, hd, "cache"));
+  }
+  out.push_back({DType::kF32, q.shape, q.row_dim});
+  return Status();
+}
+
+Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
+  int64_t e = 0, top_k = 0;
+  K3_RETURN_IF_ERROR(positive_attr(n, "n_experts", e));
+  K3_RETURN_IF_ERROR(positive_attr(n, "top_k", top_k));
+  if (top_k > e) return invalid_argument("top_k exceeds n_experts");
+  const int64_t swiglu = n.attr_int("swiglu", 0);
+  const int64_t per_expert = swiglu ? 3 : 2;
+  K3_RETURN_IF_ERROR(expect_inputs(n, static_cast<size_t>(2 + e * per_expert)));
+  const Value& x = g.value(n.inputs[0]);
+  const Value& gate = g.value(n.inputs[1]);
+  K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
+  K3_RETURN_IF_ERROR(expect(gate, DType::kF32, 2, "gate"));
+  const int64_t d = x.shape[1];
+  K3_RETURN_IF_ERROR(expect_dim(gate, 0, e, "gate"));
+  K3_RETURN_IF_ERROR(expect_dim(gate, 1, d, "gate"));
+  int64_t f = -1;
+  for (int64_t i = 0; i < e; ++i) {
+    // Per expert: w_up [F,D], (w_gate [F,D]), w_down [D,F].
+    for (int64_t j = 0; j < per_expert; ++j) {
+      const Value& w = g.value(n.inputs[static_cast<size_t>(2 + i * per_expert + j)]);
+      K3_RETURN_IF_ERROR(expect(w, DType::kF32, 2, "expert weight"));
+      const bool down = j == per_expert - 1;
+      if (f < 0) f = w.shape[0];
+      K3_RETURN_IF_ERROR(expect_dim(w, 0, down ? d : f, "expert weight"));
+      K3_RETURN_IF_ERROR(expect_dim(w, 1, down ? f : d, "expert weight"));
+    }
+  }
+  out.push_back({DType::kF32, x.shape, x.row_dim});
+  return Status();
+}
+
+Status infer_GatherRows(const Graph& g, const Node& n, Outs& out) {
+  K3_RETURN_IF_ERROR(expect_inputs(n, 2));
+  const Value& x = g.value(n.inputs[0]);
+  const Value& rows = g.value(n.inputs[1]);
+  K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
+  K3_RETURN_IF_ERROR(expect(rows, DType::kI32, 1, "rows"));
+  out.push_back({DType::kF32, {rows.shape[0], x.shape[1]}, rows.row_dim});
+  return Status();
+}
+
+}  // namespace
+
+Status infer_types(const Graph& g, const Node& node, std::vector<OutType>& out) {
+  out.clear();
+  switch (node.op) {
+#define K3_OP_INFER(e, name) \
+  case OpKind::k##e:         \
+    return infer_##e(g, node, out);
+    K3_OP_LIST(K3_OP_INFER)
+#undef K3_OP_INFER
+  }
+  return invalid_argument("unknown op");
+}
+
+}  // namespace k3::ir

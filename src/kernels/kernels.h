@@ -1,0 +1,63 @@
+// Primitive compute kernels, one table per instruction set.
+//
+// The runtime's op implementations are written against this table; which
+// table is used is decided once at start-up from CPUID (see dispatch.cc).
+// Every entry has a plain scalar version in kernels/ref/ that serves as the
+// oracle in tests/kernels. This header holds no intrinsics: ISA-specific code
+// lives in its own translation units compiled with their own flags.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace k3::kernels {
+
+enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+std::string_view isa_name(Isa isa);
+
+struct KernelTable {
+  Isa isa;
+
+  // "NT" matrix product, the shape of every Linear layer (PyTorch [out, in]):
+  //   C[m, n] = sum_k A[m, k] * W[n, k]   for 0 <= m < M, n0 <= n < n1
+  // A: [M, K] row stride lda; W: [N, K] row stride ldw; C: [M, N] row stride ldc.
+  // The column range lets callers split N across threads. Contract: each
+  // C[m, n] is computed with the same summation order whatever M, n0, n1 are,
+  // so a row's result does not depend on which other rows share the call
+  // (batched decode == unbatched decode, bit for bit).
+  void (*gemm_nt)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+                  const float* W, int64_t ldw, float* C, int64_t ldc);
+
+  // y[n] = (x - mean) / sqrt(var + eps) * w + b   (biased variance), one row.
+  void (*layernorm)(const float* x, const float* w, const float* b, float eps, int64_t n, float* y);
+  // y[n] = x / sqrt(mean(x^2) + eps) * w, one row.
+  void (*rmsnorm)(const float* x, const float* w, float eps, int64_t n, float* y);
+  // y[n] = x * 0.5 * (1 + erf(x / sqrt(2)))   (exact GeLU); y may alias x.
+  void (*gelu)(const float* x, int64_t n, float* y);
+  // y[n] = silu(g) * u = g / (1 + exp(-g)) * u; y may alias g or u.
+  void (*silu_mul)(const float* g, const float* u, int64_t n, float* y);
+  // y[n] = a + b; y may alias a or b.
+  void (*add)(const float* a, const float* b, int64_t n, float* y);
+  // y[n] += alpha * x
+  void (*axpy)(float alpha, const float* x, int64_t n, float* y);
+
+  // Attention of one query head over `len` cached positions:
+  //   s[j] = scale * dot(q, K[j]),  p = softmax(s),  out = sum_j p[j] * V[j]
+  // q: [hd]; K, V: [len, hd] with row stride `stride` floats; out: [hd].
+  // Single pass with an online softmax (no scratch, no allocation).
+  void (*attend)(const float* q, const float* k, const float* v, int64_t len, int64_t hd,
+                 int64_t stride, float scale, float* out);
+};
+
+// The scalar reference table (always available).
+const KernelTable& scalar_table();
+// Table for a given ISA, or nullptr if this CPU (or this build) cannot run it.
+const KernelTable* table_for(Isa isa);
+// Best table this CPU supports; K3_ISA=scalar|avx2|avx512 in the environment
+// caps it (for testing and for comparing paths on one machine).
+const KernelTable& best_table();
+// Highest ISA the CPU supports, from CPUID.
+Isa detect_isa();
+
+}  // namespace k3::kernels

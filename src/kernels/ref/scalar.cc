@@ -1,0 +1,115 @@
+// Scalar reference kernels: the oracle every SIMD table is tested against,
+// and the fallback table on CPUs without AVX2. Written for obviousness, not
+// speed: plain loops, float arithmetic (double only for the norms' long
+// sums), one element at a time.
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace k3::kernels {
+namespace {
+
+// C[m, n] = sum_k A[m, k] * W[n, k] for m < M, n0 <= n < n1.
+// A: [M, K] (lda), W: [N, K] (ldw), C: [M, N] (ldc). Each element is one
+// sequential float sum over k, so the result never depends on M or [n0, n1).
+void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+             const float* W, int64_t ldw, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += A[m * lda + k] * W[n * ldw + k];
+      C[m * ldc + n] = acc;
+    }
+  }
+}
+
+// x, w, b, y: [n]. Two passes: the mean first, then the biased variance of
+// the centred values (avoids the cancellation of E[x^2] - E[x]^2). The sums
+// are kept in double: a long sequential float sum would make this oracle
+// less accurate than the vector code it checks.
+void layernorm(const float* x, const float* w, const float* b, float eps, int64_t n, float* y) {
+  if (n == 0) return;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  double sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(x[i] - mean) * (x[i] - mean);
+  const float var = static_cast<float>(sq / static_cast<double>(n));
+  const float rstd = 1.0f / std::sqrt(var + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+}
+
+// x, w, y: [n]. Sum of squares in double, as in layernorm.
+void rmsnorm(const float* x, const float* w, float eps, int64_t n, float* y) {
+  if (n == 0) return;
+  double sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(x[i]) * x[i];
+  const float ms = static_cast<float>(sq / static_cast<double>(n));
+  const float rstd = 1.0f / std::sqrt(ms + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * rstd * w[i];
+}
+
+// x, y: [n]; y may alias x.
+void gelu(const float* x, int64_t n, float* y) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
+}
+
+// g, u, y: [n]; y may alias g or u. exp(-g) overflows to inf for g < -88,
+// which gives g / inf = -0: the correct limit.
+void silu_mul(const float* g, const float* u, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+// a, b, y: [n]; y may alias a or b.
+void add(const float* a, const float* b, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+// x, y: [n].
+void axpy(float alpha, const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd].
+// Two passes over the cache instead of an online softmax, so this oracle is
+// independent of the tricks the SIMD versions use: pass 1 finds the maximum
+// score, pass 2 recomputes each score and accumulates exp(s - max) * V[j].
+// len == 0 yields zeros (an empty weighted sum).
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
+            float scale, float* out) {
+  auto score = [&](int64_t j) {
+    float dot = 0.0f;
+    for (int64_t i = 0; i < hd; ++i) dot += q[i] * k[j * stride + i];
+    return scale * dot;
+  };
+  for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
+  if (len == 0) return;
+  float max_s = score(0);
+  for (int64_t j = 1; j < len; ++j) max_s = std::fmax(max_s, score(j));
+  float sum = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    const float p = std::exp(score(j) - max_s);
+    sum += p;
+    for (int64_t i = 0; i < hd; ++i) out[i] += p * v[j * stride + i];
+  }
+  for (int64_t i = 0; i < hd; ++i) out[i] /= sum;
+}
+
+constexpr KernelTable kTable = {
+    .isa = Isa::kScalar,
+    .gemm_nt = gemm_nt,
+    .layernorm = layernorm,
+    .rmsnorm = rmsnorm,
+    .gelu = gelu,
+    .silu_mul = silu_mul,
+    .add = add,
+    .axpy = axpy,
+    .attend = attend,
+};
+
+}  // namespace
+
+const KernelTable& scalar_table() { return kTable; }
+
+}  // namespace k3::kernels

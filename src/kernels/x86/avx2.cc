@@ -1,0 +1,457 @@
+// AVX2 + FMA kernel table, 8 floats per ymm register.
+//
+// This file is compiled with AVX2 flags while the rest of the binary is
+// baseline x86-64, so everything here has internal linkage and avoids inline
+// library functions (std::min, std::exp(float), numeric_limits, ...): an
+// out-of-line copy of one of those built with these flags could be picked by
+// the linker for baseline code and fault on older CPUs. Loop tails use
+// vmaskmov loads/stores, which never touch memory outside the mask.
+#include <immintrin.h>
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/x86/tables.h"
+
+namespace k3::kernels {
+namespace {
+
+constexpr int64_t kW = 8;       // floats per vector
+constexpr int64_t kGemmMr = 4;  // rows of A per gemm micro-tile
+constexpr int64_t kGemmNr = 3;  // rows of W per micro-tile: 4x3 acc + 3 W + 1 A = 16 ymm
+
+// Lanes [0, n) set (all bits of each 32-bit lane), 0 <= n <= 8.
+alignas(32) constexpr int32_t kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                0,  0,  0,  0,  0,  0,  0,  0};
+inline __m256i tail_mask(int64_t n) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMaskTable + 8 - n));
+}
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Sum of the 8 lanes in one fixed order (halving tree). gemm_nt relies on
+// this being the same instruction sequence for every output element.
+inline float hsum(__m256 v) {
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+// exp(x): x = n*ln2 + r with |r| <= ln2/2 (ln2 split in two for accuracy),
+// exp(r) from the Cephes degree-7 polynomial, then scaled by 2^n built in the
+// exponent field. About 1-2 ulp. The clamp keeps n in [-126, 127] so 2^n is
+// a normal float: exp(-87.3) ~ 1.2e-38 stands in for underflow, exp(88.3) ~
+// 2.2e38 for overflow, so callers never see inf or NaN from here.
+inline __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
+}
+
+// erf(x) as an odd/even rational function on [-4, 4] (the Eigen/XLA float
+// fit). It evaluates to exactly +-1 at +-4 and erf rounds to +-1 in float
+// beyond, so the clamp is exact. Max abs error 3.7e-7 (measured vs double erf).
+// No exp needed, unlike the erfc-based Abramowitz-Stegun forms.
+inline __m256 erf_ps(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-4.0f)), _mm256_set1_ps(4.0f));
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.77068142495902e-08f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.10102402082508e-06f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-5.69250639462346e-05f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-7.34990630326855e-04f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-2.95459980854025e-03f));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.60960333262415e-02f));
+  __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-2.13374055278905e-04f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.68282697438203e-03f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-7.37332916720468e-03f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.42647390514189e-02f));
+  return _mm256_div_ps(_mm256_mul_ps(p, x), q);
+}
+
+// ---- gemm_nt ---------------------------------------------------------------
+
+// C[0..MR, 0..NR) = A[0..MR, :K] . W[0..NR, :K]^T, one micro-tile.
+// Per element: acc = 0; acc = fma(a, w, acc) for each 8-wide block of K, the
+// last block zero-filled by masked loads; C = hsum(acc). Nothing in that
+// sequence depends on MR, NR or the tile's position, which is what makes
+// gemm_nt independent of M and of the column split. `prefetch`, if set,
+// points at the next tile's W rows (same ldw), one line per row per 16 floats.
+template <int MR, int NR>
+void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw, float* C,
+               int64_t ldc, const float* prefetch) {
+  __m256 acc[MR][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+
+  int64_t k = 0;
+  for (; k + kW <= K; k += kW) {
+    if (prefetch != nullptr && (k & 15) == 0) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T0);
+    }
+    __m256 w[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) w[j] = _mm256_loadu_ps(W + j * ldw + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_loadu_ps(A + i * lda + k);
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(a, w[j], acc[i][j]);
+    }
+  }
+  if (k < K) {
+    const __m256i mask = tail_mask(K - k);
+    __m256 w[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) w[j] = _mm256_maskload_ps(W + j * ldw + k, mask);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_maskload_ps(A + i * lda + k, mask);
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(a, w[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) C[i * ldc + j] = hsum(acc[i][j]);
+}
+
+using GemmTileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
+                            const float*);
+
+// kGemmTiles[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
+constexpr GemmTileFn kGemmTiles[kGemmMr][kGemmNr] = {
+    {gemm_tile<1, 1>, gemm_tile<1, 2>, gemm_tile<1, 3>},
+    {gemm_tile<2, 1>, gemm_tile<2, 2>, gemm_tile<2, 3>},
+    {gemm_tile<3, 1>, gemm_tile<3, 2>, gemm_tile<3, 3>},
+    {gemm_tile<4, 1>, gemm_tile<4, 2>, gemm_tile<4, 3>},
+};
+
+// C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T. The M loop sits inside the N loop
+// so each tile of W is read from memory once and reused from L1 by every
+// row-tile of A: for decode (M <= 8) W is streamed exactly once.
+void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+             const float* W, int64_t ldw, float* C, int64_t ldc) {
+  for (int64_t n = n0; n < n1; n += kGemmNr) {
+    const int64_t nr = min64(kGemmNr, n1 - n);
+    const float* w = W + n * ldw;
+    // Prefetch the next tile only when it is a full one (all its rows exist).
+    const float* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
+    for (int64_t m = 0; m < M; m += kGemmMr) {
+      const int64_t mr = min64(kGemmMr, M - m);
+      kGemmTiles[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc,
+                                 m == 0 ? next : nullptr);
+    }
+  }
+}
+
+// ---- element-wise ----------------------------------------------------------
+
+// y[i] = f(x[i]) for i < n, 8 lanes at a time, masked tail. y may alias x.
+template <class F>
+inline void map1(const float* x, int64_t n, float* y, F f) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    const __m256i mask = tail_mask(n - i);
+    _mm256_maskstore_ps(y + i, mask, f(_mm256_maskload_ps(x + i, mask)));
+  }
+}
+
+// y[i] = f(a[i], b[i]) for i < n. y may alias a or b.
+template <class F>
+inline void map2(const float* a, const float* b, int64_t n, float* y, F f) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW)
+    _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i < n) {
+    const __m256i mask = tail_mask(n - i);
+    _mm256_maskstore_ps(y + i, mask,
+                        f(_mm256_maskload_ps(a + i, mask), _mm256_maskload_ps(b + i, mask)));
+  }
+}
+
+// y[i] = 0 for i < n.
+inline void zero(float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) _mm256_storeu_ps(y + i, _mm256_setzero_ps());
+  if (i < n) _mm256_maskstore_ps(y + i, tail_mask(n - i), _mm256_setzero_ps());
+}
+
+// x, y: [n]. 0.5 * x * (1 + erf(x / sqrt(2))).
+void gelu(const float* x, int64_t n, float* y) {
+  map1(x, n, y, [](__m256 v) {
+    const __m256 e = erf_ps(_mm256_mul_ps(v, _mm256_set1_ps(0.70710678118654752f)));
+    return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(0.5f)),
+                         _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+  });
+}
+
+// g, u, y: [n]. g / (1 + exp(-g)) * u; exp_ps's clamp keeps g = -100 at a
+// tiny negative value and g = +100 at exactly 100.
+void silu_mul(const float* g, const float* u, int64_t n, float* y) {
+  map2(g, u, n, y, [](__m256 gv, __m256 uv) {
+    const __m256 den =
+        _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
+    return _mm256_mul_ps(_mm256_div_ps(gv, den), uv);
+  });
+}
+
+// a, b, y: [n].
+void add(const float* a, const float* b, int64_t n, float* y) {
+  map2(a, b, n, y, [](__m256 av, __m256 bv) { return _mm256_add_ps(av, bv); });
+}
+
+// x, y: [n]; y += alpha * x.
+void axpy(float alpha, const float* x, int64_t n, float* y) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  map2(x, y, n, y, [va](__m256 xv, __m256 yv) { return _mm256_fmadd_ps(va, xv, yv); });
+}
+
+// ---- normalisation ---------------------------------------------------------
+
+// sum_i x[i] over [n].
+inline float sum(const float* x, int64_t n) {
+  __m256 s = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) s = _mm256_add_ps(s, _mm256_loadu_ps(x + i));
+  if (i < n) s = _mm256_add_ps(s, _mm256_maskload_ps(x + i, tail_mask(n - i)));
+  return hsum(s);
+}
+
+// sum_i (x[i] - c)^2 over [n]; masked-off tail lanes must add 0, not c^2.
+inline float sum_sq_dev(const float* x, int64_t n, float c) {
+  const __m256 vc = _mm256_set1_ps(c);
+  __m256 s = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vc);
+    s = _mm256_fmadd_ps(d, d, s);
+  }
+  if (i < n) {
+    const __m256i mask = tail_mask(n - i);
+    const __m256 d = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), vc),
+                                   _mm256_castsi256_ps(mask));
+    s = _mm256_fmadd_ps(d, d, s);
+  }
+  return hsum(s);
+}
+
+// x, w, b, y: [n]. Two passes: mean, then variance of the centred values.
+void layernorm(const float* x, const float* w, const float* b, float eps, int64_t n, float* y) {
+  if (n == 0) return;
+  const float mean = sum(x, n) / static_cast<float>(n);
+  const float rstd = 1.0f / sqrtf(sum_sq_dev(x, n, mean) / static_cast<float>(n) + eps);
+  const __m256 vm = _mm256_set1_ps(mean);
+  const __m256 vr = _mm256_set1_ps(rstd);
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    const __m256 xn = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr);
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(xn, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)));
+  }
+  if (i < n) {
+    const __m256i mask = tail_mask(n - i);
+    const __m256 xn = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), vm), vr);
+    _mm256_maskstore_ps(
+        y + i, mask,
+        _mm256_fmadd_ps(xn, _mm256_maskload_ps(w + i, mask), _mm256_maskload_ps(b + i, mask)));
+  }
+}
+
+// x, w, y: [n].
+void rmsnorm(const float* x, const float* w, float eps, int64_t n, float* y) {
+  if (n == 0) return;
+  const float rstd = 1.0f / sqrtf(sum_sq_dev(x, n, 0.0f) / static_cast<float>(n) + eps);
+  const __m256 vr = _mm256_set1_ps(rstd);
+  map2(x, w, n, y, [vr](__m256 xv, __m256 wv) { return _mm256_mul_ps(_mm256_mul_ps(xv, vr), wv); });
+}
+
+// ---- attention -------------------------------------------------------------
+
+// Online softmax for hd <= NV * 8: the running output (unnormalised) lives in
+// NV vectors (registers as far as the 16 ymm allow, the rest on the stack),
+// with the running max `mx` and running sum `l`. Positions are taken in
+// blocks of up to 4 so their dot products overlap; the accumulator is
+// rescaled only when a block raises the max (exp(mx - new) <= 1, never
+// overflows), so large scores are as safe as in the two-pass form.
+template <int NV>
+struct OnlineSoftmax {
+  __m256 acc[NV];
+  float mx;  // running max score (-inf before the first position)
+  float l;   // running sum of exp(s - mx)
+
+  // Vector `vi` of a row of hd floats; only the last one can be partial.
+  static __m256 load(const float* row, int vi, int64_t hd) {
+    if (vi < NV - 1) return _mm256_loadu_ps(row + vi * kW);
+    return _mm256_maskload_ps(row + vi * kW, tail_mask(hd - (NV - 1) * kW));
+  }
+
+  template <int B>
+  void block(const float* q, const float* k, const float* v, int64_t hd, int64_t stride,
+             float scale) {
+    float s[B];
+    __m256 d[B];
+#pragma GCC unroll 4
+    for (int b = 0; b < B; ++b) d[b] = _mm256_setzero_ps();
+#pragma GCC unroll 16
+    for (int vi = 0; vi < NV; ++vi) {
+      const __m256 qv = load(q, vi, hd);
+#pragma GCC unroll 4
+      for (int b = 0; b < B; ++b) d[b] = _mm256_fmadd_ps(qv, load(k + b * stride, vi, hd), d[b]);
+    }
+    float bmax = -__builtin_inff();
+#pragma GCC unroll 4
+    for (int b = 0; b < B; ++b) {
+      s[b] = scale * hsum(d[b]);
+      bmax = s[b] > bmax ? s[b] : bmax;
+    }
+    // exp_ps (inline) rather than expf: a libm call would force every
+    // accumulator register to be spilled around it.
+    if (bmax > mx) {
+      // exp(mx - bmax) <= 1; on the first block mx = -inf clamps to ~1e-38,
+      // harmless as acc and l are still 0.
+      const __m256 va = exp_ps(_mm256_set1_ps(mx - bmax));
+#pragma GCC unroll 16
+      for (int vi = 0; vi < NV; ++vi) acc[vi] = _mm256_mul_ps(acc[vi], va);
+      l *= _mm256_cvtss_f32(va);
+      mx = bmax;
+    }
+    // Lane b of pv = exp(s[b] - mx), the block's weights from one vector exp.
+    static_assert(B == 1 || B == 4, "blocks are 4 positions, or 1 for the tail");
+    __m128 sv;
+    if constexpr (B == 4) {
+      sv = _mm_setr_ps(s[0], s[1], s[2], s[3]);
+    } else {
+      sv = _mm_set1_ps(s[0]);
+    }
+    const __m256 pv = exp_ps(_mm256_sub_ps(_mm256_set_m128(sv, sv), _mm256_set1_ps(mx)));
+    __m128 p4 = _mm256_castps256_ps128(pv);
+    if constexpr (B == 4) {
+      p4 = _mm_add_ps(p4, _mm_movehl_ps(p4, p4));
+      p4 = _mm_add_ss(p4, _mm_movehdup_ps(p4));
+    }
+    l += _mm_cvtss_f32(p4);
+#pragma GCC unroll 4
+    for (int b = 0; b < B; ++b) {
+      const __m256 vp = _mm256_permutevar8x32_ps(pv, _mm256_set1_epi32(b));
+#pragma GCC unroll 16
+      for (int vi = 0; vi < NV; ++vi)
+        acc[vi] = _mm256_fmadd_ps(vp, load(v + b * stride, vi, hd), acc[vi]);
+    }
+  }
+};
+
+// q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]; hd <= NV * 8.
+template <int NV>
+void attend_regs(const float* q, const float* k, const float* v, int64_t len, int64_t hd,
+                 int64_t stride, float scale, float* out) {
+  OnlineSoftmax<NV> st;
+#pragma GCC unroll 16
+  for (int vi = 0; vi < NV; ++vi) st.acc[vi] = _mm256_setzero_ps();
+  st.mx = -__builtin_inff();
+  st.l = 0.0f;
+  int64_t j = 0;
+  for (; j + 4 <= len; j += 4)
+    st.template block<4>(q, k + j * stride, v + j * stride, hd, stride, scale);
+  for (; j < len; ++j) st.template block<1>(q, k + j * stride, v + j * stride, hd, stride, scale);
+  const __m256 vl = _mm256_set1_ps(st.l);
+#pragma GCC unroll 16
+  for (int vi = 0; vi < NV - 1; ++vi)
+    _mm256_storeu_ps(out + vi * kW, _mm256_div_ps(st.acc[vi], vl));
+  _mm256_maskstore_ps(out + (NV - 1) * kW, tail_mask(hd - (NV - 1) * kW),
+                      _mm256_div_ps(st.acc[NV - 1], vl));
+}
+
+// Any hd, len >= 1: the same online softmax one position at a time,
+// accumulating in `out` itself (L1-resident) instead of registers.
+void attend_any(const float* q, const float* k, const float* v, int64_t len, int64_t hd,
+                int64_t stride, float scale, float* out) {
+  zero(out, hd);
+  float mx = -__builtin_inff();
+  float l = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    const float* kj = k + j * stride;
+    __m256 d = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + kW <= hd; i += kW)
+      d = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kj + i), d);
+    if (i < hd) {
+      const __m256i mask = tail_mask(hd - i);
+      d = _mm256_fmadd_ps(_mm256_maskload_ps(q + i, mask), _mm256_maskload_ps(kj + i, mask), d);
+    }
+    const float s = scale * hsum(d);
+    if (s > mx) {
+      const float alpha = expf(mx - s);  // 0 on the first position
+      const __m256 va = _mm256_set1_ps(alpha);
+      map1(out, hd, out, [va](__m256 o) { return _mm256_mul_ps(o, va); });
+      l *= alpha;
+      mx = s;
+    }
+    const float p = expf(s - mx);
+    l += p;
+    axpy(p, v + j * stride, hd, out);
+  }
+  const __m256 vl = _mm256_set1_ps(l);
+  map1(out, hd, out, [vl](__m256 o) { return _mm256_div_ps(o, vl); });
+}
+
+using AttendFn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                          float, float*);
+
+// kAttendRegs[nv - 1] handles hd in ((nv - 1) * 8, nv * 8], i.e. up to 128;
+// beyond that the accumulator would live on the stack anyway.
+constexpr AttendFn kAttendRegs[] = {
+    attend_regs<1>,  attend_regs<2>,  attend_regs<3>,  attend_regs<4>,
+    attend_regs<5>,  attend_regs<6>,  attend_regs<7>,  attend_regs<8>,
+    attend_regs<9>,  attend_regs<10>, attend_regs<11>, attend_regs<12>,
+    attend_regs<13>, attend_regs<14>, attend_regs<15>, attend_regs<16>,
+};
+constexpr int64_t kMaxRegVectors = sizeof(kAttendRegs) / sizeof(kAttendRegs[0]);
+
+// q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
+// gives zeros, as in the reference.
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
+            float scale, float* out) {
+  if (len == 0) return zero(out, hd);
+  const int64_t nv = (hd + kW - 1) / kW;
+  if (nv == 0) return;
+  if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
+  kAttendRegs[nv - 1](q, k, v, len, hd, stride, scale, out);
+}
+
+constexpr KernelTable kTable = {
+    .isa = Isa::kAvx2,
+    .gemm_nt = gemm_nt,
+    .layernorm = layernorm,
+    .rmsnorm = rmsnorm,
+    .gelu = gelu,
+    .silu_mul = silu_mul,
+    .add = add,
+    .axpy = axpy,
+    .attend = attend,
+};
+
+}  // namespace
+
+const KernelTable& avx2_table() { return kTable; }
+
+}  // namespace k3::kernels

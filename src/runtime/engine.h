@@ -1,0 +1,62 @@
+// The engine: a loaded model with its plans, arena, KV cache and threads.
+//
+// Two plans share one arena: a decode plan sized for max_batch tokens and a
+// prefill plan sized for prefill_chunk tokens. Everything is allocated here,
+// at load; step() allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "frontend/checkpoint/checkpoint.h"
+#include "runtime/kv_cache.h"
+#include "runtime/plan.h"
+#include "runtime/thread_pool.h"
+#include "util/aligned_buffer.h"
+
+namespace k3::runtime {
+
+struct EngineOptions {
+  int threads = 0;              // 0 = all cores
+  int64_t max_batch = 1;        // KV slots = sequences decoded together
+  int64_t ctx_len = 0;          // positions per slot; 0 = the model's max_seq_len
+  int64_t prefill_chunk = 128;  // tokens per prefill step
+  bool reference = false;       // run the scalar reference ops (testing)
+  const kernels::KernelTable* kernels = nullptr;  // nullptr = best for this CPU
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> load(const std::string& model_dir, const EngineOptions& options);
+
+  const ModelConfig& config() const { return checkpoint_->config(); }
+  const EngineOptions& options() const { return options_; }
+  int64_t ctx_len() const { return options_.ctx_len; }
+  int threads() const { return pool_->size(); }
+  const kernels::KernelTable& kernels() const { return *kt_; }
+  uint64_t arena_bytes() const { return arena_.size(); }
+  uint64_t kv_cache_bytes() const { return cache_.bytes(); }
+  const Plan& decode_plan() const { return decode_; }
+  const Plan& prefill_plan() const { return prefill_; }
+
+  // One forward step over n_tokens tokens (any mix of sequences/slots).
+  // Checks every index; returns logits [n_out_rows, vocab], valid until the
+  // next step. A token's (slot, position) must be unique within the step,
+  // and positions 0..p-1 of its slot must have been filled by earlier steps.
+  StatusOr<const float*> step(const StepInputs& in, const NodeObserver* observer = nullptr);
+
+ private:
+  Status check_step(const StepInputs& in) const;
+
+  std::shared_ptr<Checkpoint> checkpoint_;
+  EngineOptions options_;
+  const kernels::KernelTable* kt_ = nullptr;
+  std::unique_ptr<ThreadPool> pool_;
+  KvCache cache_;
+  AlignedBuffer arena_;
+  Plan decode_;
+  Plan prefill_;
+};
+
+}  // namespace k3::runtime

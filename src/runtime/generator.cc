@@ -1,0 +1,124 @@
+// Generator implementation. The decode loop touches only buffers sized
+// before it starts (no allocation per token; tests/runtime checks this).
+#include "runtime/generator.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace k3::runtime {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Generator::Generator(Engine& engine) : engine_(engine), sampler_(engine.config().vocab_size) {}
+
+StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& opt) {
+  const ModelConfig& c = engine_.config();
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  const int64_t ctx = engine_.ctx_len(), vocab = c.vocab_size;
+  if (n < 1 || n > engine_.options().max_batch)
+    return invalid_argument("got " + std::to_string(n) + " prompts; this engine decodes 1.." +
+                            std::to_string(engine_.options().max_batch) + " at once");
+  if (opt.max_new_tokens < 0) return invalid_argument("--max-new-tokens must be >= 0");
+  K3_RETURN_IF_ERROR(opt.sampling.validate());
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& p = prompts[static_cast<size_t>(i)];
+    if (p.empty()) return invalid_argument("prompt " + std::to_string(i) + " is empty");
+    if (static_cast<int64_t>(p.size()) >= ctx)
+      return out_of_range("prompt " + std::to_string(i) + " has " + std::to_string(p.size()) +
+                          " tokens; the context holds " + std::to_string(ctx) + " positions, so at most " +
+                          std::to_string(ctx - 1) + " prompt tokens leave room to generate");
+    for (int32_t t : p)
+      if (t < 0 || t >= vocab)
+        return out_of_range("prompt " + std::to_string(i) + ": token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                            std::to_string(vocab - 1) + ")");
+  }
+
+  GenerateResult r;
+  r.tokens.assign(static_cast<size_t>(n), {});
+  r.finish_reason.assign(static_cast<size_t>(n), "length");
+  for (auto& t : r.tokens) t.reserve(static_cast<size_t>(opt.max_new_tokens));
+  if (opt.logits_out) {
+    opt.logits_out->assign(static_cast<size_t>(n), {});
+    for (auto& l : *opt.logits_out) l.reserve(static_cast<size_t>(opt.max_new_tokens * vocab));
+  }
+  std::vector<Rng> rngs(static_cast<size_t>(n), Rng(opt.sampling.seed));
+  std::vector<int32_t> len(static_cast<size_t>(n));  // tokens in the slot so far
+  std::vector<char> done(static_cast<size_t>(n), opt.max_new_tokens == 0);
+  for (int64_t i = 0; i < n; ++i) r.prompt_tokens += static_cast<int64_t>(prompts[static_cast<size_t>(i)].size());
+
+  // Accepts a sampled token; returns true if the sequence is finished.
+  auto accept = [&](int64_t i, const float* logits) {
+    if (opt.logits_out) {
+      auto& dst = (*opt.logits_out)[static_cast<size_t>(i)];
+      dst.insert(dst.end(), logits, logits + vocab);
+    }
+    const int32_t tok = sampler_.sample(logits, opt.sampling, rngs[static_cast<size_t>(i)]);
+    r.tokens[static_cast<size_t>(i)].push_back(tok);
+    if (opt.stop_at_eos && c.eos_token_id && tok == *c.eos_token_id) r.finish_reason[static_cast<size_t>(i)] = "eos";
+    else if (static_cast<int64_t>(r.tokens[static_cast<size_t>(i)].size()) >= opt.max_new_tokens) r.finish_reason[static_cast<size_t>(i)] = "length";
+    // The token just sampled is not in the cache yet: prompt + generated
+    // tokens reach the context size when len + 1 == ctx.
+    else if (len[static_cast<size_t>(i)] + 1 >= ctx) r.finish_reason[static_cast<size_t>(i)] = "context";
+    else return false;
+    return true;
+  };
+
+  // Prefill: one sequence per step, in chunks; the last chunk returns logits.
+  const int64_t chunk = engine_.prefill_plan().max_tokens();
+  std::vector<int32_t> pos(static_cast<size_t>(chunk)), slot(static_cast<size_t>(chunk));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n && opt.max_new_tokens > 0; ++i) {
+    const auto& p = prompts[static_cast<size_t>(i)];
+    const int64_t plen = static_cast<int64_t>(p.size());
+    for (int64_t b = 0; b < plen; b += chunk) {
+      const int64_t m = std::min(chunk, plen - b);
+      for (int64_t j = 0; j < m; ++j) pos[static_cast<size_t>(j)] = static_cast<int32_t>(b + j), slot[static_cast<size_t>(j)] = static_cast<int32_t>(i);
+      const bool last = b + m == plen;
+      const int32_t out_row = static_cast<int32_t>(m - 1);
+      StepInputs in{p.data() + b, pos.data(), slot.data(), m, &out_row, last ? 1 : 0};
+      K3_ASSIGN_OR_RETURN(const float* logits, engine_.step(in));
+      if (last) {
+        len[static_cast<size_t>(i)] = static_cast<int32_t>(plen);
+        done[static_cast<size_t>(i)] = accept(i, logits);
+      }
+    }
+  }
+  r.prefill_ms = ms_since(t0);
+
+  // Decode: every unfinished sequence advances one token per step.
+  std::vector<int32_t> tok(static_cast<size_t>(n)), dpos(static_cast<size_t>(n)), dslot(static_cast<size_t>(n)),
+      rows(static_cast<size_t>(n)), which(static_cast<size_t>(n));
+  t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (done[static_cast<size_t>(i)]) continue;
+      const size_t k = static_cast<size_t>(m);
+      tok[k] = r.tokens[static_cast<size_t>(i)].back();
+      dpos[k] = len[static_cast<size_t>(i)];
+      dslot[k] = static_cast<int32_t>(i);
+      rows[k] = static_cast<int32_t>(m);
+      which[k] = static_cast<int32_t>(i);
+      ++m;
+    }
+    if (m == 0) break;
+    StepInputs in{tok.data(), dpos.data(), dslot.data(), m, rows.data(), m};
+    K3_ASSIGN_OR_RETURN(const float* logits, engine_.step(in));
+    ++r.decode_steps;
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t i = which[static_cast<size_t>(k)];
+      ++len[static_cast<size_t>(i)];
+      ++r.decode_tokens;
+      done[static_cast<size_t>(i)] = accept(i, logits + k * vocab);
+    }
+  }
+  r.decode_ms = ms_since(t0);
+  return r;
+}
+
+}  // namespace k3::runtime

@@ -1,0 +1,48 @@
+// Generation: prefill each prompt, then decode all sequences together.
+//
+// Each prompt owns one KV slot. Prefill runs prompt chunks one sequence at a
+// time; decode advances every unfinished sequence by one token per step. A
+// sequence's tokens do not depend on its batch-mates: its rows are computed
+// identically whatever shares the step, and it has its own random stream.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+
+namespace k3::runtime {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  SamplingParams sampling;
+  bool stop_at_eos = true;
+  // Optional: receives the logits row used to choose each token (testing).
+  std::vector<std::vector<float>>* logits_out = nullptr;  // indexed [prompt][step * V + v]
+};
+
+struct GenerateResult {
+  std::vector<std::vector<int32_t>> tokens;  // generated ids per prompt
+  std::vector<std::string> finish_reason;    // "length", "eos", "context"
+  double prefill_ms = 0;                     // all prompts' prefill + first tokens
+  double decode_ms = 0;                      // all decode steps
+  int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;                 // tokens produced by decode steps
+  int64_t prompt_tokens = 0;
+};
+
+class Generator {
+ public:
+  explicit Generator(Engine& engine);
+  // prompts.size() must be in 1..max_batch; each prompt non-empty and shorter
+  // than the context.
+  StatusOr<GenerateResult> generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options);
+
+ private:
+  Engine& engine_;
+  Sampler sampler_;
+};
+
+}  // namespace k3::runtime

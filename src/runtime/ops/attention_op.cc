@@ -1,0 +1,39 @@
+// CachedAttention: append this step's keys/values to the fixed-slot cache,
+// then attend each query row over its own slot's positions 0..p.
+//
+// Writing every row first and reading up to each row's own position makes a
+// prefill chunk causal with no mask: a row never reads positions past its own.
+#include <cmath>
+#include <cstring>
+
+#include "runtime/ops/fast_ops.h"
+
+namespace k3::runtime {
+
+void run_CachedAttention(const OpCall& c) {
+  // q [T, Hq*hd], k/v [T, Hkv*hd], positions/slots [T], caches [S, Hkv, L, hd]
+  const int64_t hq = c.node->attr_int("n_heads"), hkv = c.node->attr_int("n_kv_heads"), hd = c.node->attr_int("head_dim");
+  const int64_t rows = c.in[0].rows, max_seq = c.in[5].dim(2), group = hq / hkv;
+  const int32_t* pos = c.in[3].i32();
+  const int32_t* slot = c.in[4].i32();
+  float* kc = c.in[5].f32();
+  float* vc = c.in[6].f32();
+  auto row = [&](float* cache, int64_t s, int64_t h) { return cache + (s * hkv + h) * max_seq * hd; };
+
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t h = 0; h < hkv; ++h) {
+      std::memcpy(row(kc, slot[t], h) + pos[t] * hd, c.in[1].f32() + (t * hkv + h) * hd, static_cast<size_t>(hd) * 4);
+      std::memcpy(row(vc, slot[t], h) + pos[t] * hd, c.in[2].f32() + (t * hkv + h) * hd, static_cast<size_t>(hd) * 4);
+    }
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  c.pool->parallel_for(rows * hq, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t t = i / hq, h = i % hq, g = h / group;
+      c.kt->attend(c.in[0].f32() + i * hd, row(kc, slot[t], g), row(vc, slot[t], g), pos[t] + 1, hd, hd, scale,
+                   c.out[0].f32() + i * hd);
+    }
+  });
+}
+
+}  // namespace k3::runtime

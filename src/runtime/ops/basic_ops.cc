@@ -1,0 +1,88 @@
+// Optimized implementations of the row-wise ops and Linear.
+//
+// Linear is the bulk of decode time: its output columns (weight rows) are
+// split across threads so each thread streams a disjoint part of W once.
+#include <cstring>
+
+#include "runtime/ops/fast_ops.h"
+
+namespace k3::runtime {
+namespace {
+
+// Rows below this are processed on the calling thread: a parallel region
+// costs more than normalizing a handful of rows.
+constexpr int64_t kParallelRows = 8;
+
+template <typename F>
+void for_rows(const OpCall& c, int64_t rows, F&& f) {
+  if (rows < kParallelRows) {
+    f(0, rows);
+  } else {
+    c.pool->parallel_for(rows, 1, f);
+  }
+}
+
+}  // namespace
+
+void run_Embedding(const OpCall& c) {
+  // table [V, D], ids [T] -> [T, D]
+  const int64_t d = c.out[0].cols();
+  for (int64_t t = 0; t < c.out[0].rows; ++t)
+    std::memcpy(c.out[0].f32() + t * d, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[t]) * d, static_cast<size_t>(d) * 4);
+}
+
+void run_LayerNorm(const OpCall& c) {
+  const int64_t d = c.in[0].cols();
+  const float eps = static_cast<float>(c.node->attr_float("eps"));
+  for_rows(c, c.in[0].rows, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) c.kt->layernorm(c.in[0].f32() + t * d, c.in[1].f32(), c.in[2].f32(), eps, d, c.out[0].f32() + t * d);
+  });
+}
+
+void run_RmsNorm(const OpCall& c) {
+  const int64_t d = c.in[0].cols();
+  const float eps = static_cast<float>(c.node->attr_float("eps"));
+  for_rows(c, c.in[0].rows, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) c.kt->rmsnorm(c.in[0].f32() + t * d, c.in[1].f32(), eps, d, c.out[0].f32() + t * d);
+  });
+}
+
+void run_Linear(const OpCall& c) {
+  // x [M, K] . W[N, K]^T -> [M, N]; threads split N in multiples of 16 rows.
+  const int64_t m = c.in[0].rows, k = c.in[0].cols(), n = c.in[1].dim(0);
+  const float* x = c.in[0].f32();
+  const float* w = c.in[1].f32();
+  float* y = c.out[0].f32();
+  c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) { c.kt->gemm_nt(m, b, e, k, x, k, w, k, y, n); });
+}
+
+void run_Add(const OpCall& c) { c.kt->add(c.in[0].f32(), c.in[1].f32(), c.out[0].rows * c.out[0].cols(), c.out[0].f32()); }
+
+void run_Rope(const OpCall& c) {
+  // x [T, H*hd], rotate-half per head with the precomputed tables [L, hd/2].
+  const int64_t width = c.in[0].cols(), hd = c.node->attr_int("head_dim"), half = hd / 2;
+  for_rows(c, c.in[0].rows, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t p = c.in[1].i32()[t];
+      const float* cs = c.in[2].f32() + p * half;
+      const float* sn = c.in[3].f32() + p * half;
+      for (int64_t h = 0; h < width / hd; ++h) {
+        const float* u = c.in[0].f32() + t * width + h * hd;
+        float* o = c.out[0].f32() + t * width + h * hd;
+        for (int64_t i = 0; i < half; ++i) {
+          const float lo = u[i], hi = u[i + half];
+          o[i] = lo * cs[i] - hi * sn[i];
+          o[i + half] = hi * cs[i] + lo * sn[i];
+        }
+      }
+    }
+  });
+}
+
+void run_GatherRows(const OpCall& c) {
+  const int64_t d = c.out[0].cols();
+  for (int64_t r = 0; r < c.out[0].rows; ++r)
+    std::memcpy(c.out[0].f32() + r * d, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[r]) * d, static_cast<size_t>(d) * 4);
+}
+
+}  // namespace k3::runtime

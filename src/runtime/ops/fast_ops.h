@@ -1,0 +1,15 @@
+// Declarations of the optimized op implementations, one per op of
+// ir/op_table.h (expanded from the X-macro so none can be forgotten).
+#pragma once
+
+#include "runtime/ops/op_call.h"
+
+namespace k3::runtime {
+
+#define K3_OP_DECLARE_FAST(e, name) void run_##e(const OpCall& c);
+K3_OP_LIST(K3_OP_DECLARE_FAST)
+#undef K3_OP_DECLARE_FAST
+
+uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff, bool swiglu);
+
+}  // namespace k3::runtime

@@ -1,0 +1,157 @@
+// Moe: top-k routing and the chosen experts only.
+//
+// Decode (one token) reads the gate and top_k experts, never the others: at
+// batch 1 that is top_k/n_experts of the expert bytes the article's dense
+// one-hot-mask formulation reads. For several tokens, entries (token, choice)
+// are grouped per expert so each expert runs one matrix product over all its
+// tokens and its weights are streamed once per step.
+//
+// Result rows are combined per token in choice order (j = 0..top_k-1), so a
+// token's output does not depend on which other tokens share the step.
+#include <cmath>
+#include <cstring>
+
+#include "runtime/ops/fast_ops.h"
+#include "util/checked.h"
+
+namespace k3::runtime {
+namespace {
+
+struct MoeLayout {
+  // Offsets into the workspace, each 64-byte aligned.
+  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, total;
+};
+
+MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool swiglu) {
+  MoeLayout l{};
+  uint64_t off = 0;
+  auto take = [&](uint64_t bytes) {
+    uint64_t at = off;
+    off = align_up(off + bytes, 64);
+    return at;
+  };
+  const uint64_t tk = static_cast<uint64_t>(t * k);
+  l.logits = take(static_cast<uint64_t>(t * e) * 4);    // [T, E] gate logits
+  l.sel = take(tk * 4);                                  // [T, K] chosen expert ids
+  l.wts = take(tk * 4);                                  // [T, K] routing weights
+  l.count = take(static_cast<uint64_t>(e) * 4);          // [E] entries per expert
+  l.offs = take(static_cast<uint64_t>(e + 1) * 4);       // [E+1] first entry per expert
+  l.slot_of = take(tk * 4);                              // [T*K] entry -> row in grouped order
+  l.order = take(tk * 4);                                // [T*K] grouped row -> token
+  l.xg = take(tk * static_cast<uint64_t>(d) * 4);        // [T*K, D] inputs grouped by expert
+  l.hbuf = take(tk * static_cast<uint64_t>(f) * 4);      // [T*K, F] hidden
+  l.gbuf = swiglu ? take(tk * static_cast<uint64_t>(f) * 4) : l.hbuf;  // [T*K, F] gate branch
+  l.ybuf = take(tk * static_cast<uint64_t>(d) * 4);      // [T*K, D] expert outputs
+  l.total = off;
+  return l;
+}
+
+template <typename T>
+T* at(void* ws, uint64_t off) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(ws) + off);
+}
+
+}  // namespace
+
+uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff, bool swiglu) {
+  return moe_layout(max_rows, n_experts, top_k, d_model, d_ff, swiglu).total;
+}
+
+void run_Moe(const OpCall& c) {
+  const int64_t n_exp = c.node->attr_int("n_experts"), k = c.node->attr_int("top_k");
+  const bool swiglu = c.node->attr_int("swiglu") != 0;
+  const int64_t per = swiglu ? 3 : 2;
+  const int64_t rows = c.in[0].rows, d = c.in[0].cols(), f = c.in[2].dim(0), max_rows = c.in[0].dim(0);
+  const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu);
+  float* logits = at<float>(c.workspace, l.logits);
+  int32_t* sel = at<int32_t>(c.workspace, l.sel);
+  float* wts = at<float>(c.workspace, l.wts);
+  int32_t* count = at<int32_t>(c.workspace, l.count);
+  int32_t* offs = at<int32_t>(c.workspace, l.offs);
+  int32_t* slot_of = at<int32_t>(c.workspace, l.slot_of);
+  int32_t* order = at<int32_t>(c.workspace, l.order);
+  float* xg = at<float>(c.workspace, l.xg);
+  float* hbuf = at<float>(c.workspace, l.hbuf);
+  float* gbuf = at<float>(c.workspace, l.gbuf);
+  float* ybuf = at<float>(c.workspace, l.ybuf);
+  const float* x = c.in[0].f32();
+
+  // 1. Gate logits [rows, E] (E is small: one call on this thread).
+  c.kt->gemm_nt(rows, 0, n_exp, d, x, d, c.in[1].f32(), d, logits, n_exp);
+
+  // 2. Top-k per token (ties to the lower index) and softmax over the chosen.
+  for (int64_t e = 0; e < n_exp; ++e) count[e] = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* lg = logits + t * n_exp;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < n_exp; ++e) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i) taken |= sel[t * k + i] == e;
+        if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+      }
+      sel[t * k + j] = static_cast<int32_t>(best);
+      ++count[best];
+    }
+    const float mx = lg[sel[t * k]];
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += (wts[t * k + j] = std::exp(lg[sel[t * k + j]] - mx));
+    for (int64_t j = 0; j < k; ++j) wts[t * k + j] /= sum;
+  }
+
+  // 3. Group entries by expert (counting sort) and gather their input rows.
+  offs[0] = 0;
+  for (int64_t e = 0; e < n_exp; ++e) offs[e + 1] = offs[e] + count[e];
+  for (int64_t e = 0; e < n_exp; ++e) count[e] = offs[e];  // reuse as fill cursor
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t r = count[sel[t * k + j]]++;
+      slot_of[t * k + j] = r;
+      order[r] = static_cast<int32_t>(t);
+      std::memcpy(xg + r * d, x + t * d, static_cast<size_t>(d) * 4);
+    }
+
+  // 4. Up (and gate) projections + activation; threads split F columns of
+  //    every active expert, so each thread's columns need no barrier before
+  //    the activation.
+  c.pool->run([&](int th, int nth) {
+    int64_t b, e;
+    ThreadPool::split_range(f, 16, th, nth, b, e);
+    if (b >= e) return;
+    for (int64_t ex = 0; ex < n_exp; ++ex) {
+      const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
+      if (cnt == 0) continue;
+      const TensorArg* w = c.in + 2 + ex * per;
+      c.kt->gemm_nt(cnt, b, e, d, xg + r0 * d, d, w[0].f32(), d, hbuf + r0 * f, f);
+      if (swiglu) c.kt->gemm_nt(cnt, b, e, d, xg + r0 * d, d, w[1].f32(), d, gbuf + r0 * f, f);
+      for (int64_t r = r0; r < r0 + cnt; ++r) {
+        float* h = hbuf + r * f + b;
+        if (swiglu) c.kt->silu_mul(gbuf + r * f + b, h, e - b, h);
+        else c.kt->gelu(h, e - b, h);
+      }
+    }
+  });
+
+  // 5. Down projections; threads split D columns.
+  c.pool->run([&](int th, int nth) {
+    int64_t b, e;
+    ThreadPool::split_range(d, 16, th, nth, b, e);
+    if (b >= e) return;
+    for (int64_t ex = 0; ex < n_exp; ++ex) {
+      const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
+      if (cnt == 0) continue;
+      c.kt->gemm_nt(cnt, b, e, f, hbuf + r0 * f, f, c.in[2 + ex * per + per - 1].f32(), f, ybuf + r0 * d, d);
+    }
+  });
+
+  // 6. Weighted sum per token, in choice order.
+  float* out = c.out[0].f32();
+  for (int64_t t = 0; t < rows; ++t) {
+    float* o = out + t * d;
+    std::memset(o, 0, static_cast<size_t>(d) * 4);
+    for (int64_t j = 0; j < k; ++j) c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d, d, o);
+  }
+  (void)order;
+}
+
+}  // namespace k3::runtime

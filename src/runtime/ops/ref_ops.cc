@@ -1,0 +1,179 @@
+// Scalar reference implementation of every op in ir/op_table.h.
+//
+// Written for obviousness, not speed: the direct transcription of the math in
+// docs/model-format.md. MoE here computes only the chosen experts per token,
+// one token at a time; attention uses a two-pass softmax in double.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/ops/op_call.h"
+
+namespace k3::runtime {
+namespace {
+
+void ref_Embedding(const OpCall& c) {
+  const float* table = c.in[0].f32();
+  const int32_t* ids = c.in[1].i32();
+  const int64_t d = c.out[0].cols();
+  for (int64_t t = 0; t < c.out[0].rows; ++t)
+    std::memcpy(c.out[0].f32() + t * d, table + static_cast<int64_t>(ids[t]) * d, static_cast<size_t>(d) * 4);
+}
+
+void ref_norm(const OpCall& c, bool layer_norm) {
+  const int64_t d = c.in[0].cols();
+  const float eps = static_cast<float>(c.node->attr_float("eps"));
+  const float* w = c.in[1].f32();
+  const float* b = layer_norm ? c.in[2].f32() : nullptr;
+  for (int64_t t = 0; t < c.in[0].rows; ++t) {
+    const float* x = c.in[0].f32() + t * d;
+    float* y = c.out[0].f32() + t * d;
+    double mean = 0.0, var = 0.0;
+    if (layer_norm) {
+      for (int64_t i = 0; i < d; ++i) mean += x[i];
+      mean /= static_cast<double>(d);
+    }
+    for (int64_t i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
+    var /= static_cast<double>(d);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < d; ++i) y[i] = static_cast<float>((x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0));
+  }
+}
+
+void ref_LayerNorm(const OpCall& c) { ref_norm(c, true); }
+void ref_RmsNorm(const OpCall& c) { ref_norm(c, false); }
+
+// y[t, n] = sum_k x[t, k] * w[n, k], accumulated in double.
+void linear_rows(const float* x, int64_t rows, int64_t k_dim, const float* w, int64_t n_dim, float* y) {
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t n = 0; n < n_dim; ++n) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < k_dim; ++k) acc += static_cast<double>(x[t * k_dim + k]) * w[n * k_dim + k];
+      y[t * n_dim + n] = static_cast<float>(acc);
+    }
+}
+
+void ref_Linear(const OpCall& c) {
+  linear_rows(c.in[0].f32(), c.in[0].rows, c.in[0].cols(), c.in[1].f32(), c.in[1].dim(0), c.out[0].f32());
+}
+
+void ref_Add(const OpCall& c) {
+  const int64_t n = c.out[0].rows * c.out[0].cols();
+  for (int64_t i = 0; i < n; ++i) c.out[0].f32()[i] = c.in[0].f32()[i] + c.in[1].f32()[i];
+}
+
+void ref_Rope(const OpCall& c) {
+  const int64_t width = c.in[0].cols(), hd = c.node->attr_int("head_dim"), half = hd / 2;
+  const float* cos_t = c.in[2].f32();
+  const float* sin_t = c.in[3].f32();
+  for (int64_t t = 0; t < c.in[0].rows; ++t) {
+    const int64_t p = c.in[1].i32()[t];
+    for (int64_t h = 0; h < width / hd; ++h) {
+      const float* u = c.in[0].f32() + t * width + h * hd;
+      float* o = c.out[0].f32() + t * width + h * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const float cs = cos_t[p * half + i], sn = sin_t[p * half + i];
+        o[i] = u[i] * cs - u[i + half] * sn;
+        o[i + half] = u[i + half] * cs + u[i] * sn;
+      }
+    }
+  }
+}
+
+void ref_CachedAttention(const OpCall& c) {
+  const int64_t hq = c.node->attr_int("n_heads"), hkv = c.node->attr_int("n_kv_heads"), hd = c.node->attr_int("head_dim");
+  const int64_t max_seq = c.in[5].dim(2);
+  float* kc = c.in[5].f32();
+  float* vc = c.in[6].f32();
+  const int64_t rows = c.in[0].rows;
+  // Cache layout [slot, kv_head, position, head_dim].
+  auto at = [&](float* cache, int64_t slot, int64_t h, int64_t p) { return cache + ((slot * hkv + h) * max_seq + p) * hd; };
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t h = 0; h < hkv; ++h) {
+      const int64_t s = c.in[4].i32()[t], p = c.in[3].i32()[t];
+      std::memcpy(at(kc, s, h, p), c.in[1].f32() + t * hkv * hd + h * hd, static_cast<size_t>(hd) * 4);
+      std::memcpy(at(vc, s, h, p), c.in[2].f32() + t * hkv * hd + h * hd, static_cast<size_t>(hd) * 4);
+    }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int64_t t = 0; t < rows; ++t) {
+    const int64_t s = c.in[4].i32()[t], p = c.in[3].i32()[t];
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t g = h / (hq / hkv);
+      const float* q = c.in[0].f32() + t * hq * hd + h * hd;
+      std::vector<double> score(static_cast<size_t>(p + 1));
+      double mx = -INFINITY;
+      for (int64_t j = 0; j <= p; ++j) {
+        double dot = 0.0;
+        const float* k = at(kc, s, g, j);
+        for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(q[i]) * k[i];
+        score[static_cast<size_t>(j)] = dot * scale;
+        mx = std::max(mx, dot * scale);
+      }
+      double sum = 0.0;
+      for (double& sc : score) sum += (sc = std::exp(sc - mx));
+      float* o = c.out[0].f32() + t * hq * hd + h * hd;
+      for (int64_t i = 0; i < hd; ++i) {
+        double acc = 0.0;
+        for (int64_t j = 0; j <= p; ++j) acc += score[static_cast<size_t>(j)] * at(vc, s, g, j)[i];
+        o[i] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+}
+
+void ref_Moe(const OpCall& c) {
+  const int64_t n_exp = c.node->attr_int("n_experts"), top_k = c.node->attr_int("top_k");
+  const bool swiglu = c.node->attr_int("swiglu") != 0;
+  const int64_t per = swiglu ? 3 : 2, d = c.in[0].cols(), f = c.in[2].dim(0);
+  std::vector<float> logits(static_cast<size_t>(n_exp)), h(static_cast<size_t>(f)), g(static_cast<size_t>(f)),
+      y(static_cast<size_t>(d));
+  for (int64_t t = 0; t < c.in[0].rows; ++t) {
+    const float* x = c.in[0].f32() + t * d;
+    linear_rows(x, 1, d, c.in[1].f32(), n_exp, logits.data());
+    // Top-k by logit, ties to the lower index (stable sort, descending).
+    std::vector<int64_t> order(static_cast<size_t>(n_exp));
+    for (int64_t e = 0; e < n_exp; ++e) order[static_cast<size_t>(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+    double mx = logits[static_cast<size_t>(order[0])], sum = 0.0;
+    for (int64_t j = 0; j < top_k; ++j) sum += std::exp(static_cast<double>(logits[static_cast<size_t>(order[j])]) - mx);
+    float* out = c.out[0].f32() + t * d;
+    std::vector<double> acc(static_cast<size_t>(d), 0.0);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t e = order[static_cast<size_t>(j)];
+      const double wgt = std::exp(static_cast<double>(logits[static_cast<size_t>(e)]) - mx) / sum;
+      const TensorArg* w = c.in + 2 + e * per;
+      linear_rows(x, 1, d, w[0].f32(), f, h.data());
+      if (swiglu) {
+        linear_rows(x, 1, d, w[1].f32(), f, g.data());
+        for (int64_t i = 0; i < f; ++i) h[i] = static_cast<float>(g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * h[i]);
+      } else {
+        for (int64_t i = 0; i < f; ++i) h[i] = static_cast<float>(0.5 * h[i] * (1.0 + std::erf(h[i] / std::sqrt(2.0))));
+      }
+      linear_rows(h.data(), 1, f, w[per - 1].f32(), d, y.data());
+      for (int64_t i = 0; i < d; ++i) acc[i] += wgt * y[i];
+    }
+    for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(acc[i]);
+  }
+}
+
+void ref_GatherRows(const OpCall& c) {
+  const int64_t d = c.out[0].cols();
+  for (int64_t r = 0; r < c.out[0].rows; ++r)
+    std::memcpy(c.out[0].f32() + r * d, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[r]) * d, static_cast<size_t>(d) * 4);
+}
+
+}  // namespace
+
+OpFn ref_op(ir::OpKind op) {
+  switch (op) {
+#define K3_OP_REF(e, name) \
+  case ir::OpKind::k##e:   \
+    return &ref_##e;
+    K3_OP_LIST(K3_OP_REF)
+#undef K3_OP_REF
+  }
+  return nullptr;
+}
+
+}  // namespace k3::runtime

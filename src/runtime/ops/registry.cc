@@ -1,0 +1,26 @@
+// Maps each op of ir/op_table.h to its optimized implementation and its
+// workspace requirement.
+#include "runtime/ops/fast_ops.h"
+
+namespace k3::runtime {
+
+OpFn fast_op(ir::OpKind op) {
+  switch (op) {
+#define K3_OP_FAST(e, name) \
+  case ir::OpKind::k##e:    \
+    return &run_##e;
+    K3_OP_LIST(K3_OP_FAST)
+#undef K3_OP_FAST
+  }
+  return nullptr;
+}
+
+uint64_t op_workspace_bytes(const ir::Graph& g, const ir::Node& node) {
+  if (node.op != ir::OpKind::kMoe) return 0;
+  const ir::Value& x = g.value(node.inputs[0]);
+  const ir::Value& up = g.value(node.inputs[2]);
+  return moe_workspace_bytes(x.shape[0], node.attr_int("n_experts"), node.attr_int("top_k"), x.shape[1], up.shape[0],
+                             node.attr_int("swiglu") != 0);
+}
+
+}  // namespace k3::runtime

@@ -1,0 +1,38 @@
+// Next-token sampling: greedy, or temperature -> top-k -> top-p (nucleus).
+//
+// Allocation-free: scratch buffers are sized for the vocabulary once.
+// Reproducible: a per-sequence xoshiro stream seeded by the request's seed,
+// so the same seed gives the same tokens whatever else is in the batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "util/rng.h"
+#include "util/status.h"
+
+namespace k3::runtime {
+
+struct SamplingParams {
+  float temperature = 0.8f;  // 0 = greedy
+  int64_t top_k = 40;        // 0 = disabled
+  float top_p = 0.95f;       // 1 = disabled
+  uint64_t seed = 0;
+
+  Status validate() const;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int64_t vocab_size) : idx_(static_cast<size_t>(vocab_size)), prob_(static_cast<size_t>(vocab_size)) {}
+  // logits: [vocab_size]. Ties in greedy mode go to the lowest token id.
+  int32_t sample(const float* logits, const SamplingParams& params, Rng& rng);
+
+ private:
+  std::vector<int32_t> idx_;
+  std::vector<double> prob_;
+};
+
+int32_t argmax(const float* x, int64_t n);
+
+}  // namespace k3::runtime

@@ -1,0 +1,355 @@
+// Tests for the kernel tables: every entry of every table the CPU can run
+// against the scalar reference on awkward sizes, the gemm_nt bit-exactness
+// contract (batched == unbatched, split columns == whole), and attention
+// stability with large scores. Buffers are sized exactly so AddressSanitizer
+// catches any read or write past the end.
+//
+// Tolerances (u = 2^-24 ~ 6e-8, float rounding):
+//   gemm_nt     |c - ref| <= 1e-5 * sqrt(K) * sum_k |a_k * w_k|   (order of summation differs)
+//   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
+//   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
+//   add         bit-exact; axpy |y - ref| <= 1e-6 * max(1, |ref|) (fma vs mul + add)
+//   attend      |o - ref| <= 5e-6 * max|V|                        (online vs two-pass softmax)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace k3::kernels {
+
+// Lets gtest print a failing parameter as "avx512" instead of raw bytes
+// (found by ADL, so it lives in Isa's namespace).
+void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+
+namespace {
+
+constexpr int64_t kSizes[] = {0, 1, 3, 15, 16, 17, 31, 33, 64, 100, 257, 1000};
+
+std::vector<float> random_vec(int64_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Elements of a [rows, cols] matrix with row stride ld, sized exactly.
+size_t strided_size(int64_t rows, int64_t cols, int64_t ld) {
+  return rows == 0 ? 0 : static_cast<size_t>((rows - 1) * ld + cols);
+}
+
+uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+class KernelTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    table_ = table_for(GetParam());
+    if (table_ == nullptr) GTEST_SKIP() << isa_name(GetParam()) << " is not supported on this CPU";
+  }
+  const KernelTable& t() const { return *table_; }
+  static const KernelTable& ref() { return scalar_table(); }
+
+ private:
+  const KernelTable* table_ = nullptr;
+};
+
+// ---- gemm_nt ---------------------------------------------------------------
+
+TEST_P(KernelTest, GemmMatchesReference) {
+  std::mt19937 rng(1);
+  for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13}) {
+    for (int64_t K : {1, 7, 16, 17, 64, 100, 513}) {
+      for (int64_t N : {1, 3, 4, 5, 17, 64}) {
+        // Padded strides on odd K exercise lda/ldw/ldc != K/N.
+        const int64_t lda = K + (K % 2), ldw = K + (K % 3), ldc = N + 2;
+        const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
+        const auto W = random_vec(static_cast<int64_t>(strided_size(N, K, ldw)), rng);
+        std::vector<float> C(strided_size(M, N, ldc), -7.0f), R(C);
+        t().gemm_nt(M, 0, N, K, A.data(), lda, W.data(), ldw, C.data(), ldc);
+        ref().gemm_nt(M, 0, N, K, A.data(), lda, W.data(), ldw, R.data(), ldc);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            float mag = 0.0f;
+            for (int64_t k = 0; k < K; ++k) mag += std::fabs(A[m * lda + k] * W[n * ldw + k]);
+            const float tol = 1e-5f * std::sqrt(static_cast<float>(K)) * mag;
+            ASSERT_NEAR(C[m * ldc + n], R[m * ldc + n], tol)
+                << "M=" << M << " K=" << K << " N=" << N << " m=" << m << " n=" << n;
+          }
+          for (int64_t n = N; n < ldc && m * ldc + n < static_cast<int64_t>(C.size()); ++n)
+            ASSERT_EQ(C[m * ldc + n], -7.0f) << "wrote outside [0, N)";
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, GemmZeroK) {
+  std::vector<float> A(3), W(5), C(3 * 5, 1.0f);
+  t().gemm_nt(3, 0, 5, 0, A.data(), 1, W.data(), 1, C.data(), 5);
+  for (float c : C) EXPECT_EQ(c, 0.0f);
+}
+
+// Batched rows must equal single-row calls bit for bit, and splitting the
+// column range must equal one whole call bit for bit.
+TEST_P(KernelTest, GemmBitExactAcrossBatchAndSplits) {
+  std::mt19937 rng(2);
+  constexpr int64_t N = 37;  // odd, so tiles of every width show up
+  for (int64_t K : {1, 7, 16, 17, 64, 100, 513}) {
+    const auto W = random_vec(N * K, rng);
+    for (int64_t M : {7, 8, 13}) {
+      const auto A = random_vec(M * K, rng);
+      std::vector<float> whole(static_cast<size_t>(M * N));
+      t().gemm_nt(M, 0, N, K, A.data(), K, W.data(), K, whole.data(), N);
+
+      // One row at a time (M = 1), as unbatched decode would.
+      std::vector<float> single(static_cast<size_t>(N));
+      for (int64_t m = 0; m < M; ++m) {
+        t().gemm_nt(1, 0, N, K, A.data() + m * K, K, W.data(), K, single.data(), N);
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(bits(single[n]), bits(whole[m * N + n]))
+              << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
+      }
+
+      // Column splits at awkward points, as a thread partition might make.
+      for (int64_t step : {1, 2, 3, 5, 6, 11}) {
+        std::vector<float> split(static_cast<size_t>(M * N), 0.0f);
+        for (int64_t n0 = 0; n0 < N; n0 += step) {
+          const int64_t n1 = n0 + step < N ? n0 + step : N;
+          t().gemm_nt(M, n0, n1, K, A.data(), K, W.data(), K, split.data(), N);
+        }
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_EQ(bits(split[i]), bits(whole[i])) << "K=" << K << " M=" << M << " step=" << step;
+      }
+    }
+  }
+}
+
+// ---- element-wise ----------------------------------------------------------
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * std::fmax(1.0f, std::fabs(want[i])))
+        << what << " n=" << got.size() << " i=" << i;
+}
+
+TEST_P(KernelTest, Gelu) {
+  std::mt19937 rng(3);
+  for (int64_t n : kSizes) {
+    const auto x = random_vec(n, rng, -8.0f, 8.0f);
+    std::vector<float> y(x.size()), r(x.size());
+    t().gelu(x.data(), n, y.data());
+    ref().gelu(x.data(), n, r.data());
+    expect_close(y, r, 2e-6f, "gelu");
+    std::vector<float> inplace = x;  // y aliases x
+    t().gelu(inplace.data(), n, inplace.data());
+    expect_close(inplace, r, 2e-6f, "gelu in place");
+  }
+  // Extremes and the region where erf saturates.
+  const std::vector<float> x = {0.0f,   -0.0f, 1e-3f,  -1e-3f, 3.0f,  -3.0f, -5.5f,  5.5f,   -5.66f,
+                                -10.0f, 10.0f, -50.0f, 50.0f,  -1e4f, 1e4f,  1e-30f, -1e-30f};
+  std::vector<float> y(x.size()), r(x.size());
+  t().gelu(x.data(), static_cast<int64_t>(x.size()), y.data());
+  ref().gelu(x.data(), static_cast<int64_t>(x.size()), r.data());
+  expect_close(y, r, 2e-6f, "gelu extremes");
+}
+
+TEST_P(KernelTest, SiluMul) {
+  std::mt19937 rng(4);
+  for (int64_t n : kSizes) {
+    const auto g = random_vec(n, rng, -20.0f, 20.0f);
+    const auto u = random_vec(n, rng, -2.0f, 2.0f);
+    std::vector<float> y(g.size()), r(g.size());
+    t().silu_mul(g.data(), u.data(), n, y.data());
+    ref().silu_mul(g.data(), u.data(), n, r.data());
+    expect_close(y, r, 2e-6f, "silu_mul");
+    std::vector<float> ag = g, au = u;  // y aliases g, then u
+    t().silu_mul(ag.data(), u.data(), n, ag.data());
+    t().silu_mul(g.data(), au.data(), n, au.data());
+    expect_close(ag, r, 2e-6f, "silu_mul y=g");
+    expect_close(au, r, 2e-6f, "silu_mul y=u");
+  }
+  // Saturation: silu(-100) ~ -0, silu(100) = 100, no inf or NaN anywhere.
+  const std::vector<float> g = {-100.0f, 100.0f, -88.5f, 88.5f, -87.0f, 87.0f, -1e4f, 1e4f, 0.0f};
+  const std::vector<float> u(g.size(), 1.0f);
+  std::vector<float> y(g.size()), r(g.size());
+  t().silu_mul(g.data(), u.data(), static_cast<int64_t>(g.size()), y.data());
+  ref().silu_mul(g.data(), u.data(), static_cast<int64_t>(g.size()), r.data());
+  for (float v : y) EXPECT_TRUE(std::isfinite(v));
+  expect_close(y, r, 2e-6f, "silu_mul extremes");
+  EXPECT_EQ(y[1], 100.0f);
+  EXPECT_EQ(y[7], 1e4f);
+}
+
+TEST_P(KernelTest, AddAndAxpy) {
+  std::mt19937 rng(5);
+  for (int64_t n : kSizes) {
+    const auto a = random_vec(n, rng), b = random_vec(n, rng);
+    std::vector<float> y(a.size()), r(a.size());
+    t().add(a.data(), b.data(), n, y.data());
+    ref().add(a.data(), b.data(), n, r.data());
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits(y[i]), bits(r[i])) << "add n=" << n;
+    std::vector<float> ya = a, yb = b;  // aliasing
+    t().add(ya.data(), b.data(), n, ya.data());
+    t().add(a.data(), yb.data(), n, yb.data());
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(bits(ya[i]), bits(r[i]));
+      ASSERT_EQ(bits(yb[i]), bits(r[i]));
+    }
+
+    std::vector<float> ys = b, rs = b;
+    t().axpy(-0.75f, a.data(), n, ys.data());
+    ref().axpy(-0.75f, a.data(), n, rs.data());
+    expect_close(ys, rs, 1e-6f, "axpy");
+  }
+}
+
+// ---- normalisation ---------------------------------------------------------
+
+TEST_P(KernelTest, LayerNorm) {
+  std::mt19937 rng(6);
+  for (int64_t n : kSizes) {
+    // An offset mean checks the two-pass variance.
+    const auto x = random_vec(n, rng, 2.0f, 4.0f);
+    const auto w = random_vec(n, rng, 0.5f, 1.5f), b = random_vec(n, rng);
+    std::vector<float> y(x.size()), r(x.size());
+    t().layernorm(x.data(), w.data(), b.data(), 1e-5f, n, y.data());
+    ref().layernorm(x.data(), w.data(), b.data(), 1e-5f, n, r.data());
+    expect_close(y, r, 1e-5f, "layernorm");
+  }
+}
+
+TEST_P(KernelTest, RmsNorm) {
+  std::mt19937 rng(7);
+  for (int64_t n : kSizes) {
+    const auto x = random_vec(n, rng, -3.0f, 3.0f);
+    const auto w = random_vec(n, rng, 0.5f, 1.5f);
+    std::vector<float> y(x.size()), r(x.size());
+    t().rmsnorm(x.data(), w.data(), 1e-6f, n, y.data());
+    ref().rmsnorm(x.data(), w.data(), 1e-6f, n, r.data());
+    expect_close(y, r, 1e-5f, "rmsnorm");
+    std::vector<float> inplace = x;
+    t().rmsnorm(inplace.data(), w.data(), 1e-6f, n, inplace.data());
+    expect_close(inplace, r, 1e-5f, "rmsnorm in place");
+  }
+}
+
+// ---- attention -------------------------------------------------------------
+
+// Runs t and the reference on the same cache; |out - ref| <= tol * max|V|.
+void check_attend(const KernelTable& t, const std::vector<float>& q, const std::vector<float>& k,
+                  const std::vector<float>& v, int64_t len, int64_t hd, int64_t stride, float scale,
+                  float tol) {
+  std::vector<float> out(static_cast<size_t>(hd), 123.0f), want(static_cast<size_t>(hd));
+  t.attend(q.data(), k.data(), v.data(), len, hd, stride, scale, out.data());
+  scalar_table().attend(q.data(), k.data(), v.data(), len, hd, stride, scale, want.data());
+  float vmax = 0.0f;
+  for (float x : v) vmax = std::fmax(vmax, std::fabs(x));
+  for (int64_t i = 0; i < hd; ++i) {
+    ASSERT_TRUE(std::isfinite(out[i])) << "len=" << len << " hd=" << hd << " i=" << i;
+    ASSERT_NEAR(out[i], want[i], tol * std::fmax(vmax, 1e-30f))
+        << "len=" << len << " hd=" << hd << " i=" << i;
+  }
+}
+
+TEST_P(KernelTest, AttendMatchesReference) {
+  std::mt19937 rng(8);
+  // 300 exceeds the register-resident width of both SIMD tables (fallback path).
+  for (int64_t hd : {16, 64, 128, 80, 1, 3, 136, 300}) {
+    const int64_t stride = hd + 5;
+    const int64_t max_len = hd <= 128 ? 300 : 40;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+    const auto k =
+        random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
+    const auto v = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng);
+    for (int64_t len = 1; len <= max_len; ++len) {
+      // Exact-size copies so the last row of a shorter cache ends the buffer.
+      const size_t size = strided_size(len, hd, stride);
+      const std::vector<float> kl(k.begin(), k.begin() + static_cast<ptrdiff_t>(size));
+      const std::vector<float> vl(v.begin(), v.begin() + static_cast<ptrdiff_t>(size));
+      check_attend(t(), q, kl, vl, len, hd, stride, scale, 5e-6f);
+    }
+  }
+}
+
+TEST_P(KernelTest, AttendEmptyIsZero) {
+  std::vector<float> q(64, 1.0f), out(64, 5.0f);
+  t().attend(q.data(), nullptr, nullptr, 0, 64, 64, 1.0f, out.data());
+  for (float o : out) EXPECT_EQ(o, 0.0f);
+}
+
+// Scores in the thousands: exp(s) would overflow without max subtraction.
+// Integer q and k make every dot product exact in float whatever the
+// summation order, so both implementations see identical scores.
+TEST_P(KernelTest, AttendLargeScoresStable) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> small(-8, 8);
+  for (int64_t hd : {16, 64, 80, 128}) {
+    for (int64_t len : {1, 5, 33, 300}) {
+      const int64_t stride = hd + 3;
+      std::vector<float> q(static_cast<size_t>(hd));
+      std::vector<float> k(strided_size(len, hd, stride));
+      for (float& x : q) x = static_cast<float>(small(rng));
+      for (float& x : k) x = static_cast<float>(small(rng));
+      const auto v = random_vec(static_cast<int64_t>(k.size()), rng);
+      for (float scale : {1.0f, 10.0f, -3.0f})
+        check_attend(t(), q, k, v, len, hd, stride, scale, 5e-6f);
+    }
+  }
+  // All scores equal and huge: a plain average of V.
+  const int64_t hd = 64, len = 50;
+  std::vector<float> q(hd, 8.0f), k(static_cast<size_t>(hd * len), 8.0f);
+  const auto v = random_vec(hd * len, rng);
+  check_attend(t(), q, k, v, len, hd, hd, 100.0f, 5e-6f);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, KernelTest,
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(isa_name(info.param));
+                         });
+
+// ---- dispatch --------------------------------------------------------------
+
+TEST(Dispatch, NamesAndTables) {
+  EXPECT_EQ(isa_name(Isa::kScalar), "scalar");
+  EXPECT_EQ(isa_name(Isa::kAvx2), "avx2");
+  EXPECT_EQ(isa_name(Isa::kAvx512), "avx512");
+  EXPECT_EQ(table_for(Isa::kScalar), &scalar_table());
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    const KernelTable* table = table_for(isa);
+    const bool runnable = static_cast<int>(isa) <= static_cast<int>(detect_isa());
+    ASSERT_EQ(table != nullptr, runnable) << isa_name(isa);
+    if (table != nullptr) {
+      EXPECT_EQ(table->isa, isa);
+    }
+  }
+}
+
+TEST(Dispatch, BestTableHonoursCap) {
+  Isa want = detect_isa();
+  if (const char* env = std::getenv("K3_ISA")) {
+    const std::string cap(env);
+    const Isa c = cap == "scalar" ? Isa::kScalar : cap == "avx2" ? Isa::kAvx2 : Isa::kAvx512;
+    if (static_cast<int>(c) < static_cast<int>(want)) want = c;
+  }
+  EXPECT_EQ(best_table().isa, want);
+  EXPECT_EQ(&best_table(), &best_table());
+}
+
+}  // namespace
+}  // namespace k3::kernels

@@ -1,0 +1,150 @@
+// k3 generate: prefill + decode with timing, token ids in and out.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.h"
+#include "runtime/generator.h"
+#include "util/npy.h"
+
+namespace k3::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string model;
+  std::vector<std::string> prompt_ids;
+  std::string prompt_ids_file;
+  int64_t max_new_tokens = 32;
+  float temperature = 0.8f;
+  int64_t top_k = 40;
+  float top_p = 0.95f;
+  int64_t seed = -1;
+  int threads = 0;
+  int64_t ctx_size = 0;
+  int64_t prefill_chunk = 128;
+  std::string isa;
+  std::string dump_logits;
+  bool reference = false;
+  bool json = false;
+};
+
+StatusOr<std::vector<std::vector<int32_t>>> read_prompts(const GenerateFlags& f) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& p : f.prompt_ids) {
+    K3_ASSIGN_OR_RETURN(auto ids, parse_id_list(p));
+    prompts.push_back(std::move(ids));
+  }
+  if (!f.prompt_ids_file.empty()) {
+    std::ifstream in(f.prompt_ids_file);
+    if (!in) return io_error("cannot open " + f.prompt_ids_file);
+    std::string line;
+    int64_t line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto ids = parse_id_list(line);
+      if (!ids.ok()) return ids.status().with_context(f.prompt_ids_file + ":" + std::to_string(line_no));
+      prompts.push_back(std::move(ids).value());
+    }
+  }
+  if (prompts.empty()) return invalid_argument("no prompt: give --prompt-ids or --prompt-ids-file");
+  return prompts;
+}
+
+int run_generate(const GenerateFlags& f) {
+  auto prompts = read_prompts(f);
+  if (!prompts.ok()) return report(prompts.status());
+  runtime::EngineOptions eo;
+  eo.threads = f.threads;
+  eo.max_batch = static_cast<int64_t>(prompts->size());
+  eo.ctx_len = f.ctx_size;
+  eo.prefill_chunk = f.prefill_chunk;
+  eo.reference = f.reference;
+  if (!f.isa.empty()) {
+    kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar : f.isa == "avx2" ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512;
+    eo.kernels = kernels::table_for(isa);
+    if (eo.kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
+  }
+  const auto t_load = std::chrono::steady_clock::now();
+  auto engine = runtime::Engine::load(f.model, eo);
+  if (!engine.ok()) return report(engine.status());
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+
+  runtime::GenerateOptions go;
+  go.max_new_tokens = f.max_new_tokens;
+  go.sampling.temperature = f.temperature;
+  go.sampling.top_k = f.top_k;
+  go.sampling.top_p = f.top_p;
+  go.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
+  std::vector<std::vector<float>> logits;
+  if (!f.dump_logits.empty()) {
+    if (prompts->size() != 1) return report(invalid_argument("--dump-logits needs exactly one prompt"));
+    go.logits_out = &logits;
+  }
+  runtime::Generator gen(**engine);
+  auto r = gen.generate(*prompts, go);
+  if (!r.ok()) return report(r.status());
+  if (!f.dump_logits.empty()) {
+    const int64_t v = (*engine)->config().vocab_size;
+    const int64_t steps = static_cast<int64_t>(logits[0].size()) / v;
+    Status s = write_npy_f32(f.dump_logits, logits[0].data(), {1, steps, v});
+    if (!s.ok()) return report(s);
+  }
+  // Timing: TTFT covers every prompt's prefill and first token; decode time
+  // per token is per decode step (each step gives every active sequence one).
+  const double ms_per_step = r->decode_steps > 0 ? r->decode_ms / static_cast<double>(r->decode_steps) : 0.0;
+  const double tok_s = r->decode_ms > 0 ? static_cast<double>(r->decode_tokens) / (r->decode_ms / 1e3) : 0.0;
+  if (f.json) {
+    nlohmann::json j;
+    j["generated_ids"] = r->tokens;
+    j["finish_reason"] = r->finish_reason;
+    j["prompt_tokens"] = r->prompt_tokens;
+    j["ttft_ms"] = r->prefill_ms;
+    j["decode_ms_per_token"] = ms_per_step;
+    j["tokens_per_s"] = tok_s;
+    j["decode_steps"] = r->decode_steps;
+    j["load_ms"] = load_ms;
+    j["threads"] = (*engine)->threads();
+    j["isa"] = std::string(kernels::isa_name((*engine)->kernels().isa));
+    j["seed"] = go.sampling.seed;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    for (const auto& toks : r->tokens) {
+      for (size_t i = 0; i < toks.size(); ++i) std::printf("%s%d", i ? "," : "", toks[i]);
+      std::printf("\n");
+    }
+    std::fprintf(stderr, "prompt %ld tokens, TTFT %.2f ms, decode %.3f ms/token (%.1f tokens/s), %d threads, %s\n",
+                 static_cast<long>(r->prompt_tokens), r->prefill_ms, ms_per_step, tok_s, (*engine)->threads(),
+                 std::string(kernels::isa_name((*engine)->kernels().isa)).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Registered add_generate(CLI::App& app) {
+  auto f = std::make_shared<GenerateFlags>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate tokens from prompts given as token ids");
+  sub->add_option("-m,--model", f->model, "Model: a checkpoint directory (config.json + model.safetensors)")->required();
+  sub->add_option("--prompt-ids", f->prompt_ids, "Prompt as comma-separated token ids; repeat for several prompts (decoded together)");
+  sub->add_option("--prompt-ids-file", f->prompt_ids_file, "File with one prompt per line (comma-separated ids)");
+  sub->add_option("-n,--max-new-tokens", f->max_new_tokens, "Tokens to generate per prompt")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  sub->add_option("--temp,--temperature", f->temperature, "Sampling temperature; 0 = greedy")->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--top-k", f->top_k, "Keep the k most likely tokens; 0 = all")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  sub->add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1]; 1 = off")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("-s,--seed", f->seed, "Random seed; -1 = random (the seed used is printed with --json)")
+      ->check(CLI::Range(int64_t{-1}, INT64_MAX));
+  sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
+  sub->add_option("-c,--ctx-size", f->ctx_size, "KV cache positions per sequence; 0 = the model's max_seq_len")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")->check(CLI::Range(int64_t{1}, int64_t{8192}));
+  sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  sub->add_flag("--reference", f->reference, "Run the scalar reference ops (slow; for checking)");
+  sub->add_option("--dump-logits", f->dump_logits, "Write the logits of every generated step to a float32 .npy [1, steps, vocab]");
+  sub->add_flag("--json", f->json, "Print one JSON object with ids and timings");
+  return {sub, [f]() { return run_generate(*f); }};
+}
+
+}  // namespace k3::cli

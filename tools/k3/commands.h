@@ -1,0 +1,30 @@
+// The k3 subcommands: each registers its flags on the CLI11 app and returns
+// the function that runs it (exit code).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+#include "util/status.h"
+
+namespace k3::cli {
+
+using Command = std::function<int()>;
+// A registered subcommand and what runs it.
+struct Registered {
+  CLI::App* app;
+  Command run;
+};
+
+Registered add_init_model(CLI::App& app);
+Registered add_generate(CLI::App& app);
+Registered add_sysinfo(CLI::App& app);
+
+// Prints "k3: error: <message>" on stderr and returns the exit code for it.
+int report(const Status& status);
+
+// "1,2,3" -> ids; error names the bad entry.
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text);
+
+}  // namespace k3::cli

@@ -1,0 +1,61 @@
+// k3: the command-line entry point. Each subcommand lives in its own file.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "commands.h"
+
+namespace k3::cli {
+
+int report(const Status& status) {
+  std::fprintf(stderr, "k3: error: %s\n", status.message().c_str());
+  return status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kOutOfRange ? 2 : 1;
+}
+
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    std::string item = text.substr(i, j - i);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\r' || item.back() == '\t')) item.pop_back();
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.erase(item.begin());
+    if (item.empty()) return invalid_argument("empty token id in \"" + text + "\"");
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size()) return invalid_argument("token id \"" + item + "\" is not an integer");
+    if (v < 0 || v > INT32_MAX) return out_of_range("token id " + item + " is out of range");
+    ids.push_back(static_cast<int32_t>(v));
+    i = j + 1;
+  }
+  return ids;
+}
+
+}  // namespace k3::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"k3: ahead-of-time compiler and runtime for sparse mixture-of-experts models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "k3 0.1.0");
+  std::vector<k3::cli::Registered> commands;
+  for (auto add : {k3::cli::add_init_model, k3::cli::add_generate, k3::cli::add_sysinfo}) commands.push_back(add(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& c : commands)
+      if (c.app->parsed()) return c.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3: error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}
