@@ -66,7 +66,9 @@ void ThreadPool::run_raw(RawFn fn, void* ctx) {
 }
 
 void ThreadPool::worker_loop(int index) {
-  uint32_t seen = generation_.load(std::memory_order_acquire);
+  // Generation 0 is the value at construction: a worker that starts late
+  // must still see every bump since then (including the destructor's).
+  uint32_t seen = 0;
   for (;;) {
     int spins = 0;
     uint32_t g;

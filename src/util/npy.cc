@@ -58,7 +58,7 @@ StatusOr<NpyArray> read_npy_f32(const std::string& path) {
   auto bytes = checked_numel_bytes(a.shape, 4);
   if (!bytes || *bytes != f.size() - 10 - hlen) return data_loss(path + ": data size does not match the shape");
   a.data.resize(*bytes / 4);
-  std::memcpy(a.data.data(), f.data() + 10 + hlen, *bytes);
+  if (*bytes > 0) std::memcpy(a.data.data(), f.data() + 10 + hlen, *bytes);
   return a;
 }
 

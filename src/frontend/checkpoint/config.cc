@@ -66,6 +66,15 @@ Status ModelConfig::validate() const {
   if (top_k > n_experts)
     return invalid_argument("config.json: top_k (" + std::to_string(top_k) + ") exceeds n_experts (" + std::to_string(n_experts) + ")");
   if (n_heads * head_dim > kMaxDim) return invalid_argument("config.json: n_heads * head_dim is too large");
+  // Bound the total size so every derived count (parameters, bytes) fits in
+  // int64 with room to spare; computed in double so the check cannot overflow.
+  const double dd = static_cast<double>(d_model), ff = static_cast<double>(d_ff);
+  const double approx_params = 2.0 * static_cast<double>(vocab_size) * dd +
+                               static_cast<double>(n_layers) * (dd * static_cast<double>(head_dim) * (2.0 * static_cast<double>(n_heads + n_kv_heads)) +
+                                                                static_cast<double>(n_experts) * (3.0 * dd * ff + dd) + 4.0 * dd);
+  if (approx_params > 1e13)
+    return invalid_argument("config.json: the model would have about " + std::to_string(approx_params) +
+                            " parameters, more than the 1e13 this engine supports");
   if (!(rope_theta > 0.0)) return invalid_argument("config.json: rope_theta must be positive");
   if (!(norm_eps > 0.0) || norm_eps > 1.0) return invalid_argument("config.json: norm_eps must be in (0, 1]");
   if (eos_token_id && (*eos_token_id < 0 || *eos_token_id >= vocab_size))

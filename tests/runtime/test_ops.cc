@@ -1,0 +1,152 @@
+// Every op of ir/op_table.h: the optimized implementation against the scalar
+// reference on random inputs, with fewer rows than the plan's maximum. The
+// TEST list is expanded from the op table, so an op without a test_<op>()
+// here does not compile.
+#include "op_tester.h"
+
+namespace k3::runtime::testing {
+namespace {
+
+using ir::OpKind;
+using ir::RowDim;
+
+constexpr float kTol = 2e-5f;
+
+void test_Embedding() {
+  OpTester t;
+  int table = t.f32("table", {50, 24});
+  int ids = t.i32("ids", {3, 49, 0, 7, 7}, RowDim::kTokens);
+  t.node(OpKind::kEmbedding, {table, ids});
+  t.check(4, 0, 0.0f);
+}
+
+void norm_case(OpKind op, bool bias, int64_t max_rows, int64_t rows) {
+  OpTester t;
+  int x = t.f32("x", {max_rows, 37}, RowDim::kTokens, 3.0f);
+  std::vector<int> in{x, t.f32("w", {37})};
+  if (bias) in.push_back(t.f32("b", {37}));
+  t.node(op, in, {{"eps", 1e-5}});
+  t.check(rows, 0, kTol);
+}
+
+void test_LayerNorm() {
+  norm_case(OpKind::kLayerNorm, true, 6, 4);
+  norm_case(OpKind::kLayerNorm, true, 12, 11);  // parallel over rows
+}
+
+void test_RmsNorm() {
+  norm_case(OpKind::kRmsNorm, false, 6, 4);
+  norm_case(OpKind::kRmsNorm, false, 12, 11);
+}
+
+void test_Linear() {
+  for (int64_t n : {1, 45, 130}) {
+    OpTester t;
+    int x = t.f32("x", {9, 67}, RowDim::kTokens);
+    int w = t.f32("w", {n, 67});
+    t.node(OpKind::kLinear, {x, w});
+    t.check(7, 0, kTol);
+  }
+}
+
+void test_Add() {
+  OpTester t;
+  int a = t.f32("a", {5, 33}, RowDim::kTokens);
+  int b = t.f32("b", {5, 33}, RowDim::kTokens);
+  t.node(OpKind::kAdd, {a, b});
+  t.check(3, 0, 0.0f);
+}
+
+void test_Rope() {
+  OpTester t;
+  int x = t.f32("x", {5, 48}, RowDim::kTokens);
+  int pos = t.i32("pos", {0, 3, 7, 1, 2}, RowDim::kTokens);
+  int cs = t.f32("cos", {8, 8});
+  int sn = t.f32("sin", {8, 8});
+  t.node(OpKind::kRope, {x, pos, cs, sn}, {{"head_dim", int64_t{16}}});
+  t.check(5, 0, kTol);
+}
+
+void test_CachedAttention() {
+  // Hq=4, Hkv=2, hd=16; two slots of 16 positions. Token rows: slot 0 pos 5,
+  // slot 1 pos 9, slot 0 pos 6 (reads the row written by the first token of
+  // this step), slot 1 pos 0.
+  OpTester t;
+  int q = t.f32("q", {4, 64}, RowDim::kTokens);
+  int k = t.f32("k", {4, 32}, RowDim::kTokens);
+  int v = t.f32("v", {4, 32}, RowDim::kTokens);
+  int pos = t.i32("pos", {5, 9, 6, 0}, RowDim::kTokens);
+  int slot = t.i32("slot", {0, 1, 0, 1}, RowDim::kTokens);
+  int kc = t.state("k_cache", {2, 2, 16, 16});
+  int vc = t.state("v_cache", {2, 2, 16, 16});
+  t.node(OpKind::kCachedAttention, {q, k, v, pos, slot, kc, vc},
+         {{"n_heads", int64_t{4}}, {"n_kv_heads", int64_t{2}}, {"head_dim", int64_t{16}}});
+  t.check(4, 0, kTol);
+}
+
+void moe_case(bool swiglu, bool tied_gate) {
+  OpTester t;
+  const int64_t e = 4, d = 32, f = 24;
+  int x = t.f32("x", {6, d}, RowDim::kTokens);
+  // Tied gate: experts 1 and 2 get identical rows, so every token sees a
+  // tie, which both implementations must break toward the lower index.
+  int gate = -1;
+  if (tied_gate) {
+    std::vector<float> g(static_cast<size_t>(e * d));
+    std::mt19937 r(5);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (float& z : g) z = u(r);
+    for (int64_t i = 0; i < d; ++i) g[static_cast<size_t>(2 * d + i)] = g[static_cast<size_t>(1 * d + i)];
+    for (int64_t i = 0; i < d; ++i) g[static_cast<size_t>(i)] = -10.0f * std::fabs(g[static_cast<size_t>(i)]);
+    gate = t.f32_values("gate", {e, d}, g);
+  } else {
+    gate = t.f32("gate", {e, d});
+  }
+  std::vector<int> in{x, gate};
+  for (int64_t i = 0; i < e; ++i) {
+    in.push_back(t.f32("up" + std::to_string(i), {f, d}));
+    if (swiglu) in.push_back(t.f32("gate" + std::to_string(i), {f, d}));
+    in.push_back(t.f32("down" + std::to_string(i), {d, f}));
+  }
+  t.node(OpKind::kMoe, in, {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}});
+  t.check(5, 0, kTol);
+  t.check(1, 0, kTol, 1);  // decode shape, one thread
+}
+
+void test_Moe() {
+  moe_case(false, false);
+  moe_case(true, false);
+  moe_case(false, true);
+}
+
+void test_GatherRows() {
+  OpTester t;
+  int x = t.f32("x", {6, 10}, RowDim::kTokens);
+  int rows = t.i32("rows", {4, 0, 2}, RowDim::kOutRows);
+  t.node(OpKind::kGatherRows, {x, rows});
+  t.check(5, 2, 0.0f);
+}
+
+#define K3_OP_TEST(e, name) \
+  TEST(OpsFastVsReference, e) { test_##e(); }
+K3_OP_LIST(K3_OP_TEST)
+#undef K3_OP_TEST
+
+TEST(OpsShapeRules, RejectMismatchedShapes) {
+  ir::Graph g;
+  int x = g.add_input("x", ir::DType::kF32, {4, 8}, RowDim::kTokens);
+  int w = g.add_input("w", ir::DType::kF32, {3, 9}, RowDim::kFixed);
+  auto r = g.add_node(OpKind::kLinear, "bad", {x, w}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("weight w has shape [3,9]"), std::string::npos) << r.status().message();
+  int ids = g.add_input("ids", ir::DType::kF32, {4}, RowDim::kTokens);
+  auto e = g.add_node(OpKind::kEmbedding, "emb", {x, ids}, {});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("must be i32"), std::string::npos) << e.status().message();
+  auto m = g.add_node(OpKind::kMoe, "moe", {x, w}, {{"n_experts", int64_t{2}}, {"top_k", int64_t{3}}});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("top_k exceeds n_experts"), std::string::npos) << m.status().message();
+}
+
+}  // namespace
+}  // namespace k3::runtime::testing
