@@ -62,10 +62,10 @@ Status Engine::check_step(const StepInputs& in) const {
   return Status();
 }
 
-StatusOr<const float*> Engine::step(const StepInputs& in, const NodeObserver* observer) {
+StatusOr<const float*> Engine::step(const StepInputs& in, StepHooks* hooks) {
   K3_RETURN_IF_ERROR(check_step(in));
   Plan& plan = in.n_tokens <= decode_.max_tokens() ? decode_ : prefill_;
-  return plan.run(in, *pool_, *kt_, options_.reference, observer);
+  return plan.run(in, *pool_, *kt_, options_.reference, hooks);
 }
 
 }  // namespace k3::runtime

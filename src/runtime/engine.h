@@ -44,7 +44,7 @@ class Engine {
   // Checks every index; returns logits [n_out_rows, vocab], valid until the
   // next step. A token's (slot, position) must be unique within the step,
   // and positions 0..p-1 of its slot must have been filled by earlier steps.
-  StatusOr<const float*> step(const StepInputs& in, const NodeObserver* observer = nullptr);
+  StatusOr<const float*> step(const StepInputs& in, StepHooks* hooks = nullptr);
 
  private:
   Status check_step(const StepInputs& in) const;

@@ -134,14 +134,15 @@ void Plan::bind_arena(uint8_t* arena) {
 }
 
 const float* Plan::run(const StepInputs& in, ThreadPool& pool, const kernels::KernelTable& kt, bool reference,
-                       const NodeObserver* observer) {
+                       StepHooks* hooks) {
   K3_CHECK(arena_ != nullptr && in.n_tokens <= max_tokens_ && in.n_out_rows <= max_out_rows_);
   const int32_t* src[4] = {in.tokens, in.positions, in.slots, in.out_rows};
   for (int i = 0; i < 4; ++i) {
     const int64_t n = i == 3 ? in.n_out_rows : in.n_tokens;
     if (n > 0) std::memcpy(arena_ + layout_.value_offset[static_cast<size_t>(input_ids_[i])], src[i], static_cast<size_t>(n) * 4);
   }
-  for (const BoundNode& b : nodes_) {
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    const BoundNode& b = nodes_[ni];
     const size_t n_args = b.node->inputs.size() + b.node->outputs.size();
     for (size_t a = b.first_arg; a < b.first_arg + n_args; ++a) {
       TensorArg& t = args_[a];
@@ -152,8 +153,9 @@ const float* Plan::run(const StepInputs& in, ThreadPool& pool, const kernels::Ke
       }
     }
     OpCall call{b.node, &args_[b.first_arg], &args_[b.first_arg + b.node->inputs.size()], b.workspace, &pool, &kt};
+    if (hooks != nullptr) hooks->before_node(ni, *b.node);
     (reference ? b.ref : b.fast)(call);
-    if (observer != nullptr) (*observer)(*b.node, call.out, b.node->outputs.size());
+    if (hooks != nullptr) hooks->after_node(ni, *b.node, call.out, b.node->outputs.size());
   }
   return reinterpret_cast<const float*>(arena_ + layout_.value_offset[static_cast<size_t>(output_id_)]);
 }

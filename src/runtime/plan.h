@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "ir/graph.h"
@@ -36,8 +35,14 @@ struct StepInputs {
   int64_t n_out_rows = 0;
 };
 
-// Called after each node when tensor dumping is on (off in the hot path).
-using NodeObserver = std::function<void(const ir::Node&, const TensorArg* outputs, size_t n_outputs)>;
+// Optional per-node hooks for the profiler and the tensor dumper. When no
+// hooks are passed the executor makes no calls at all.
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+  virtual void before_node(size_t index, const ir::Node& node) {}
+  virtual void after_node(size_t index, const ir::Node& node, const TensorArg* outputs, size_t n_outputs) {}
+};
 
 class Plan {
  public:
@@ -55,7 +60,7 @@ class Plan {
   // Runs one step. `reference` runs the scalar reference op implementations.
   // Returns the graph output (logits [n_out_rows, V]), valid until the next step.
   const float* run(const StepInputs& in, ThreadPool& pool, const kernels::KernelTable& kt, bool reference = false,
-                   const NodeObserver* observer = nullptr);
+                   StepHooks* hooks = nullptr);
 
  private:
   struct BoundNode {

@@ -105,6 +105,11 @@ int run_generate(const GenerateFlags& f) {
     j["decode_ms_per_token"] = ms_per_step;
     j["tokens_per_s"] = tok_s;
     j["decode_steps"] = r->decode_steps;
+    // Bytes of weights a batch-1 decode step reads (f32): attention, gate and
+    // top_k experts per layer, one embedding row, the final norm and lm_head.
+    const double weight_bytes = 4.0 * static_cast<double>((*engine)->config().params_read_per_token());
+    j["weight_bytes_per_token"] = weight_bytes;
+    if (prompts->size() == 1 && ms_per_step > 0) j["effective_weight_gb_per_s"] = weight_bytes / (ms_per_step * 1e6);
     j["load_ms"] = load_ms;
     j["threads"] = (*engine)->threads();
     j["isa"] = std::string(kernels::isa_name((*engine)->kernels().isa));
