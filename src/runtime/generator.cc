@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "util/alloc_counter.h"
+
 namespace k3::runtime {
 namespace {
 
@@ -94,6 +96,7 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
   std::vector<int32_t> tok(static_cast<size_t>(n)), dpos(static_cast<size_t>(n)), dslot(static_cast<size_t>(n)),
       rows(static_cast<size_t>(n)), which(static_cast<size_t>(n));
   t0 = std::chrono::steady_clock::now();
+  const int64_t allocations_before = heap_allocations();
   for (;;) {
     int64_t m = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -108,7 +111,7 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
     }
     if (m == 0) break;
     StepInputs in{tok.data(), dpos.data(), dslot.data(), m, rows.data(), m};
-    K3_ASSIGN_OR_RETURN(const float* logits, engine_.step(in));
+    K3_ASSIGN_OR_RETURN(const float* logits, engine_.step(in, opt.decode_hooks));
     ++r.decode_steps;
     for (int64_t k = 0; k < m; ++k) {
       const int64_t i = which[static_cast<size_t>(k)];
@@ -118,6 +121,7 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
     }
   }
   r.decode_ms = ms_since(t0);
+  if (allocations_before >= 0) r.decode_allocations = heap_allocations() - allocations_before;
   return r;
 }
 

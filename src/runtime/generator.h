@@ -19,6 +19,8 @@ struct GenerateOptions {
   int64_t max_new_tokens = 32;
   SamplingParams sampling;
   bool stop_at_eos = true;
+  // Optional: per-node hooks for every decode step (bench statistics).
+  StepHooks* decode_hooks = nullptr;
   // Optional: receives the logits row used to choose each token (testing).
   std::vector<std::vector<float>>* logits_out = nullptr;  // indexed [prompt][step * V + v]
 };
@@ -31,6 +33,7 @@ struct GenerateResult {
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;                 // tokens produced by decode steps
   int64_t prompt_tokens = 0;
+  int64_t decode_allocations = -1;           // heap allocations in the decode loop; -1 = not counted
 };
 
 class Generator {

@@ -155,7 +155,10 @@ const float* Plan::run(const StepInputs& in, ThreadPool& pool, const kernels::Ke
     OpCall call{b.node, &args_[b.first_arg], &args_[b.first_arg + b.node->inputs.size()], b.workspace, &pool, &kt};
     if (hooks != nullptr) hooks->before_node(ni, *b.node);
     (reference ? b.ref : b.fast)(call);
-    if (hooks != nullptr) hooks->after_node(ni, *b.node, call.out, b.node->outputs.size());
+    if (hooks != nullptr) {
+      hooks->after_node(ni, *b.node, call.out, b.node->outputs.size());
+      hooks->after_call(ni, call);
+    }
   }
   return reinterpret_cast<const float*>(arena_ + layout_.value_offset[static_cast<size_t>(output_id_)]);
 }

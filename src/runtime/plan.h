@@ -42,6 +42,9 @@ class StepHooks {
   virtual ~StepHooks() = default;
   virtual void before_node(size_t index, const ir::Node& node) {}
   virtual void after_node(size_t index, const ir::Node& node, const TensorArg* outputs, size_t n_outputs) {}
+  // The whole call (inputs, outputs, workspace) after it ran: for statistics
+  // that need what the op saw, such as the experts a MoE step routed to.
+  virtual void after_call(size_t index, const OpCall& call) {}
 };
 
 class Plan {

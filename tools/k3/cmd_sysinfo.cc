@@ -1,51 +1,88 @@
-// k3 sysinfo: what this machine offers the kernels (the measured limits come
-// with the measurement tools; this reports what CPUID and the OS say).
-#include <unistd.h>
-
+// k3 sysinfo: this machine's measured limits (memory bandwidth, compute
+// peaks) plus its caches and instruction sets, the denominators for every
+// performance number K3 reports. Results are cached per machine (see
+// profile/sysinfo.h); --refresh re-measures.
+#include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <thread>
+#include <string>
 
 #include "commands.h"
-#include "kernels/kernels.h"
+#include "profile/sysinfo.h"
 
 namespace k3::cli {
 namespace {
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto p = line.find(':');
-      return p == std::string::npos ? line : line.substr(p + 2);
-    }
-  return "unknown";
+struct SysinfoFlags {
+  bool json = false;
+  bool refresh = false;
+  int threads = 0;
+};
+
+std::string bytes_text(int64_t b) {
+  if (b <= 0) return "unknown";
+  if (b % (int64_t{1} << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b % (int64_t{1} << 10) == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+std::string optional_text(const std::optional<double>& v, const char* unit) {
+  if (!v) return "unavailable (CPU lacks the instruction)";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f %s per core", *v, unit);
+  return buf;
+}
+
+void print_table(const profile::SysInfo& s) {
+  std::printf("cpu                %s\n", s.cpu.c_str());
+  std::printf("hardware threads   %d\n", s.hardware_threads);
+  std::printf("simd               kernels use %s; cpu has %s\n", s.kernel_isa.c_str(), s.cpu_isa.c_str());
+  std::printf("caches             L1d %s, L2 %s, L3 %s\n", bytes_text(s.l1d_bytes).c_str(), bytes_text(s.l2_bytes).c_str(),
+              bytes_text(s.l3_bytes).c_str());
+  const int max_t = s.max_measured_threads();
+  std::printf("peak fp32 fma      %.1f GFLOP/s per core, %.1f total (%d threads)\n", s.fp32_gflops_per_core, s.fp32_gflops_total, max_t);
+  std::printf("peak bf16 dot      %s\n", optional_text(s.bf16_gflops_per_core, "GFLOP/s").c_str());
+  std::printf("peak int8 dot      %s\n", optional_text(s.int8_gops_per_core, "GOP/s").c_str());
+  std::printf("measured           %s, %s per read pass, median of %d\n\n", s.measured_at.c_str(), bytes_text(s.bytes_per_measurement).c_str(),
+              s.repetitions);
+  std::printf("%-8s %7s %8s %9s\n", "test", "threads", "streams", "GB/s");
+  for (int t = 1; t <= max_t; ++t) {
+    bool any = false;
+    for (const auto& p : s.read)
+      if (p.threads == t) {
+        std::printf("%-8s %7d %8d %9.2f\n", "read", t, p.streams_per_thread, p.gb_per_s);
+        any = true;
+      }
+    if (any) std::printf("%-8s %7d %8s %9.2f\n", "read", t, "best", s.best_read_gb_per_s(t));
+    for (const auto& [threads, gb] : s.copy)
+      if (threads == t) std::printf("%-8s %7d %8s %9.2f\n", "copy", t, "-", gb);
+    for (const auto& [threads, gb] : s.triad)
+      if (threads == t) std::printf("%-8s %7d %8s %9.2f\n", "triad", t, "-", gb);
+  }
+}
+
+int run_sysinfo(const SysinfoFlags& f) {
+  auto info = profile::load_or_measure_sysinfo(f.threads, f.refresh);
+  if (!info.ok()) return report(info.status());
+  if (f.json) {
+    std::printf("%s\n", info->to_json().dump(2).c_str());
+  } else {
+    print_table(*info);
+    const std::string path = profile::sysinfo_cache_path();
+    if (!path.empty()) std::printf("\ncache              %s (--refresh to re-measure)\n", path.c_str());
+  }
+  return 0;
 }
 
 }  // namespace
 
 Registered add_sysinfo(CLI::App& app) {
-  auto json = std::make_shared<bool>(false);
-  CLI::App* sub = app.add_subcommand("sysinfo", "Describe this machine: CPU, instruction sets, caches, threads");
-  sub->add_flag("--json", *json, "Print JSON");
-  return {sub, [json]() {
-            nlohmann::json j;
-            j["cpu"] = cpu_model();
-            j["hardware_threads"] = std::thread::hardware_concurrency();
-            j["kernel_isa"] = std::string(kernels::isa_name(kernels::best_table().isa));
-            j["cpu_isa"] = std::string(kernels::isa_name(kernels::detect_isa()));
-            j["l1d_bytes"] = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-            j["l2_bytes"] = sysconf(_SC_LEVEL2_CACHE_SIZE);
-            j["l3_bytes"] = sysconf(_SC_LEVEL3_CACHE_SIZE);
-            if (*json) {
-              std::printf("%s\n", j.dump(2).c_str());
-            } else {
-              for (auto it = j.begin(); it != j.end(); ++it) std::printf("%-18s %s\n", it.key().c_str(), it.value().dump().c_str());
-            }
-            return 0;
-          }};
+  auto f = std::make_shared<SysinfoFlags>();
+  CLI::App* sub = app.add_subcommand("sysinfo", "Measure this machine's limits: memory bandwidth, compute peaks, caches, SIMD");
+  sub->add_flag("--json", f->json, "Print JSON");
+  sub->add_flag("--refresh", f->refresh, "Re-measure instead of using the cached result");
+  sub->add_option("-t,--threads", f->threads, "Measure 1..N threads; 0 = all hardware threads")->check(CLI::Range(0, 1024));
+  return {sub, [f]() { return run_sysinfo(*f); }};
 }
 
 }  // namespace k3::cli

@@ -20,6 +20,8 @@ struct Registered {
 Registered add_init_model(CLI::App& app);
 Registered add_generate(CLI::App& app);
 Registered add_sysinfo(CLI::App& app);
+Registered add_profile(CLI::App& app);
+Registered add_bench(CLI::App& app);
 
 // Prints "k3: error: <message>" on stderr and returns the exit code for it.
 int report(const Status& status);

@@ -10,6 +10,10 @@ namespace k3::runtime {
 K3_OP_LIST(K3_OP_DECLARE_FAST)
 #undef K3_OP_DECLARE_FAST
 
+// After run_Moe: how many distinct experts the step routed tokens to (read
+// from the routing table the op left in its workspace).
+int64_t moe_active_experts(const OpCall& c);
+
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff, bool swiglu);
 
 }  // namespace k3::runtime

@@ -57,6 +57,16 @@ uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k,
   return moe_layout(max_rows, n_experts, top_k, d_model, d_ff, swiglu).total;
 }
 
+int64_t moe_active_experts(const OpCall& c) {
+  const int64_t n_exp = c.node->attr_int("n_experts");
+  const MoeLayout l = moe_layout(c.in[0].dim(0), n_exp, c.node->attr_int("top_k"), c.in[0].cols(), c.in[2].dim(0),
+                                 c.node->attr_int("swiglu") != 0);
+  const int32_t* offs = at<int32_t>(c.workspace, l.offs);
+  int64_t active = 0;
+  for (int64_t e = 0; e < n_exp; ++e) active += offs[e + 1] > offs[e];
+  return active;
+}
+
 void run_Moe(const OpCall& c) {
   const int64_t n_exp = c.node->attr_int("n_experts"), k = c.node->attr_int("top_k");
   const bool swiglu = c.node->attr_int("swiglu") != 0;

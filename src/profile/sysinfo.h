@@ -1,0 +1,115 @@
+// Measured limits of this machine: memory bandwidth, compute peaks, caches.
+//
+// These are the denominators of every performance claim K3 makes (decode is
+// bandwidth-bound, so "% of streaming read bandwidth" is the number that says
+// how close a decode step is to the machine's limit). Measuring takes a few
+// seconds, so results are cached per machine in a JSON file that `k3 bench`
+// and `k3 profile` reuse via load_or_measure_sysinfo().
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "util/status.h"
+
+namespace k3::profile {
+
+// Bumped whenever what is measured, or how, changes: older cache entries are
+// then re-measured instead of being trusted.
+inline constexpr int kSysInfoFormatVersion = 1;
+
+struct BandwidthPoint {
+  int threads = 0;
+  int streams_per_thread = 0;  // interleaved sequential streams each thread reads
+  double gb_per_s = 0;         // 1e9 bytes per second
+};
+
+struct SysInfo {
+  std::string cpu;  // brand string plus CPUID family/model/stepping
+  int hardware_threads = 0;
+  std::string kernel_isa;  // what kernels::best_table() uses (K3_ISA may cap it)
+  std::string cpu_isa;     // what the CPU supports, e.g. "avx512 +avx512bf16 +avx512vnni"
+  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // 0 = unknown
+
+  std::vector<BandwidthPoint> read;                // every (threads, streams) measured
+  std::vector<std::pair<int, double>> copy, triad;  // (threads, GB/s), bytes counted as STREAM does
+
+  double fp32_gflops_per_core = 0;
+  double fp32_gflops_total = 0;  // all measured threads at once
+  std::optional<double> bf16_gflops_per_core;  // vdpbf16ps; nullopt: the CPU lacks it
+  std::optional<double> int8_gops_per_core;    // vpdpbusd (AVX512-VNNI); nullopt: the CPU lacks it
+
+  int64_t bytes_per_measurement = 0;  // bytes one read measurement streams
+  int repetitions = 0;                // bandwidth numbers are the median of this many
+  std::string measured_at;            // UTC, ISO 8601
+
+  // Largest thread count with a read measurement (0 if none).
+  int max_measured_threads() const;
+  // Best read bandwidth over stream counts at `threads`, or at the nearest
+  // measured thread count (the lower one on a tie); 0 if nothing was measured.
+  double best_read_gb_per_s(int threads) const;
+
+  nlohmann::json to_json() const;
+  // Never throws: malformed or mistyped input is an error Status.
+  static StatusOr<SysInfo> from_json(const nlohmann::json& j);
+};
+
+// What a measurement does; the defaults are what `k3 sysinfo` uses (a few
+// seconds on a 2-core machine). Tests shrink the arrays and the peak runs.
+struct MeasureOptions {
+  int max_threads = 0;  // measure 1..max_threads threads; <= 0: hardware threads
+  // Each of the three bandwidth arrays; a read measurement streams two of
+  // them (256 MiB by default). Small sizes measure cache, not memory.
+  int64_t bytes_per_array = int64_t{128} << 20;
+  int repetitions = 5;        // timed passes per bandwidth number (median)
+  double peak_seconds = 0.01;  // one timed compute-peak run
+  int peak_runs = 10;          // compute peaks are the best of this many runs
+};
+
+StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& options);
+StatusOr<SysInfo> measure_sysinfo(int max_threads);
+StatusOr<SysInfo> measure_sysinfo(int max_threads, int64_t bytes_per_array);
+
+// The cache file: $K3_CACHE_DIR/sysinfo.json, else $XDG_CACHE_HOME/k3/...,
+// else ~/.cache/k3/...; empty if none of those variables is set.
+std::string sysinfo_cache_path();
+
+// Returns this machine's cached entry if there is one (same format version,
+// CPU and hardware thread count) that covers the request (at least
+// max_threads threads, arrays at least as large); otherwise, or with
+// `refresh`, measures and stores the result. The file keeps one entry per
+// machine, so a home directory shared between hosts works. A corrupt or
+// unwritable cache never fails the call: it is re-measured and rewritten
+// where possible. kernel_isa is always the current process's (K3_ISA can
+// change it between runs).
+StatusOr<SysInfo> load_or_measure_sysinfo(int max_threads, bool refresh);
+StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool refresh);
+
+namespace detail {
+// Per-ISA loops (src/profile/x86/peak_*.cc, built with their own flags; the
+// callers check CPUID first). Each returns a value derived from everything it
+// computed so the compiler cannot drop the work.
+
+// Sums n_bytes starting at each of `streams` pointers, interleaved (one
+// vector from each stream in turn). n_bytes is a multiple of 512; pointers
+// are 64-byte aligned; streams is 1, 2, 4 or 8.
+uint64_t read_streams_avx2(const void* const* ptrs, int streams, int64_t n_bytes);
+uint64_t read_streams_avx512(const void* const* ptrs, int streams, int64_t n_bytes);
+// dst[i] = src[i]; and a[i] = b[i] + s * c[i]. n is a multiple of 64.
+void copy_avx2(const float* src, float* dst, int64_t n);
+void copy_avx512(const float* src, float* dst, int64_t n);
+void triad_avx2(float* a, const float* b, const float* c, float s, int64_t n);
+void triad_avx512(float* a, const float* b, const float* c, float s, int64_t n);
+// Register-resident loops of `iters` iterations; *ops receives the floating
+// point (or integer) operations performed, counting a multiply-add as two.
+float fma_loop_avx2(int64_t iters, double* ops);
+float fma_loop_avx512(int64_t iters, double* ops);
+float dpbf16_loop_avx512(int64_t iters, double* ops);  // needs AVX512-BF16
+int32_t dpbusd_loop_avx512(int64_t iters, double* ops);  // needs AVX512-VNNI
+}  // namespace detail
+
+}  // namespace k3::profile

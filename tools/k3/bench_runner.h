@@ -1,0 +1,59 @@
+// The measurements behind `k3 bench`: generation runs per model and batch
+// size, interleaved across compared models, summarized as medians.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/generator.h"
+
+namespace k3::cli {
+
+struct BenchSettings {
+  std::vector<std::string> models;  // one or more (compare)
+  std::vector<std::string> labels;  // same length as models
+  std::vector<int64_t> batches{1};
+  int64_t prompt_len = 128;
+  int64_t gen_len = 128;
+  int repeat = 5;
+  int warmup = 1;
+  int threads = 0;
+  runtime::SamplingParams sampling;
+  double read_gb_per_s = 0;  // machine limit for the fraction column; 0 = unknown
+};
+
+// Median and spread of one metric over the repeats.
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+
+struct BenchPoint {
+  std::string label;
+  int64_t batch = 0;
+  Stat ttft_ms;             // prefill of all prompts + first token each
+  Stat decode_ms_per_step;  // one token for every sequence per step
+  Stat total_ms;            // TTFT + decode
+  Stat tokens_per_s;        // generated tokens / total time
+  Stat decode_tokens_per_s;
+  Stat requests_per_s;
+  Stat decode_gb_per_s;          // bytes actually read per step / step time
+  double bytes_per_step = 0;     // weights (routed experts only) + KV, mean over steps
+  double read_fraction = 0;      // decode_gb_per_s.median / machine read bandwidth (0 = unknown)
+  double first_ttft_ms = -1;     // first request after load (first batch size only; -1 otherwise)
+  double first_decode_ms_per_step = -1;
+  double allocations_per_step = -1;  // -1 = not counted
+  double load_ms = 0;
+};
+
+struct BenchResult {
+  BenchSettings settings;
+  std::vector<BenchPoint> points;  // label-major, then batch
+  std::string isa;
+  int threads = 0;
+};
+
+StatusOr<BenchResult> run_bench(const BenchSettings& settings);
+
+}  // namespace k3::cli

@@ -1,0 +1,123 @@
+// k3 bench: the article's tables as medians and ratios from one run.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "bench_report.h"
+#include "bench_runner.h"
+#include "commands.h"
+#include "profile/sysinfo.h"
+
+namespace k3::cli {
+namespace {
+
+struct BenchFlags {
+  std::string model;
+  std::string compare;
+  std::string batches = "1";
+  int64_t prompt_len = 128, gen_len = 128;
+  int repeat = 5, warmup = 1, threads = 0;
+  float temperature = 0.8f, top_p = 0.95f;
+  int64_t top_k = 0;
+  int64_t seed = 1;
+  std::string json, markdown, plot;
+  bool no_sysinfo = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return io_error("cannot write " + path);
+  out << text;
+  return out ? Status() : io_error("error writing " + path);
+}
+
+int run(const BenchFlags& f) {
+  BenchSettings s;
+  if (!f.compare.empty()) {
+    s.models = split(f.compare);
+    if (s.models.size() < 2) return report(invalid_argument("--compare needs at least two models, comma-separated"));
+  } else if (!f.model.empty()) {
+    s.models = {f.model};
+  } else {
+    return report(invalid_argument("give --model or --compare"));
+  }
+  for (const auto& m : s.models) {
+    std::string label = m;
+    while (label.size() > 1 && label.back() == '/') label.pop_back();
+    s.labels.push_back(label.substr(label.find_last_of('/') == std::string::npos ? 0 : label.find_last_of('/') + 1));
+  }
+  for (const auto& b : split(f.batches)) {
+    auto ids = parse_id_list(b);
+    if (!ids.ok() || ids->size() != 1 || (*ids)[0] < 1 || (*ids)[0] > 256)
+      return report(invalid_argument("--batch takes sizes 1..256, comma-separated; got \"" + f.batches + "\""));
+    s.batches.push_back((*ids)[0]);
+  }
+  s.batches.erase(s.batches.begin());  // drop the default
+  if (s.batches.empty()) return report(invalid_argument("--batch is empty"));
+  s.prompt_len = f.prompt_len;
+  s.gen_len = f.gen_len;
+  s.repeat = f.repeat;
+  s.warmup = f.warmup;
+  s.threads = f.threads;
+  s.sampling.temperature = f.temperature;
+  s.sampling.top_p = f.top_p;
+  s.sampling.top_k = f.top_k;
+  s.sampling.seed = static_cast<uint64_t>(f.seed);
+  if (Status st = s.sampling.validate(); !st.ok()) return report(st);
+  if (!f.no_sysinfo) {
+    const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    auto si = profile::load_or_measure_sysinfo(threads, false);
+    if (si.ok()) s.read_gb_per_s = si->best_read_gb_per_s(threads);
+    else std::fprintf(stderr, "k3: warning: no machine limits (%s)\n", si.status().message().c_str());
+  }
+  auto r = run_bench(s);
+  if (!r.ok()) return report(r.status());
+  const std::string table = bench_table(*r);
+  std::printf("%s", table.c_str());
+  if (!f.json.empty())
+    if (Status st = write_file(f.json, bench_json(*r).dump(2) + "\n"); !st.ok()) return report(st);
+  if (!f.markdown.empty())
+    if (Status st = write_file(f.markdown, table); !st.ok()) return report(st);
+  if (!f.plot.empty()) {
+    if (f.plot.size() < 4 || f.plot.substr(f.plot.size() - 4) != ".svg")
+      return report(invalid_argument("--plot writes SVG; give a file name ending in .svg"));
+    if (Status st = write_file(f.plot, bench_svg(*r)); !st.ok()) return report(st);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Registered add_bench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* sub = app.add_subcommand("bench", "Benchmark generation: TTFT, decode latency, throughput, bandwidth, as medians");
+  sub->add_option("-m,--model", f->model, "Model to benchmark (checkpoint directory)");
+  sub->add_option("--compare", f->compare, "Several models, comma-separated, measured run by run interleaved; ratios vs the first");
+  sub->add_option("-b,--batch", f->batches, "Batch sizes, comma-separated (e.g. 1,4,8)");
+  sub->add_option("-p,--prompt-len", f->prompt_len, "Prompt tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("-n,--gen-len", f->gen_len, "Generated tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("-r,--repeat", f->repeat, "Measured runs per configuration")->check(CLI::Range(1, 1000));
+  sub->add_option("--warmup", f->warmup, "Unmeasured runs first")->check(CLI::Range(0, 100));
+  sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
+  sub->add_option("--temp,--temperature", f->temperature, "Sampling temperature (article: 0.8)")->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--top-p", f->top_p, "Nucleus mass (article: 0.95)")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--top-k", f->top_k, "Top-k; 0 = off")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  sub->add_option("-s,--seed", f->seed, "Base seed (run r uses seed + r)")->check(CLI::Range(int64_t{0}, INT64_MAX));
+  sub->add_option("--json", f->json, "Also write the results as JSON to this file");
+  sub->add_option("--markdown", f->markdown, "Also write the table as Markdown to this file");
+  sub->add_option("--plot", f->plot, "Also write an SVG plot (latency and throughput against batch size)");
+  sub->add_flag("--no-sysinfo", f->no_sysinfo, "Do not measure/read machine limits (no bandwidth fraction)");
+  return {sub, [f]() { return run(*f); }};
+}
+
+}  // namespace k3::cli

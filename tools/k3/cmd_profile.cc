@@ -1,0 +1,143 @@
+// k3 profile: where every microsecond and byte of a decode or prefill step
+// goes, per op kind and per node, against the machine's measured limits.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "profile/profiler.h"
+#include "profile/sysinfo.h"
+#include "profile/trace.h"
+
+namespace k3::cli {
+namespace {
+
+struct ProfileFlags {
+  std::string model;
+  std::string phase = "decode";
+  int64_t context = 128;
+  int64_t batch = 1;
+  int64_t steps = 10;
+  int64_t warmup = 2;
+  int threads = 0;
+  int top = 10;
+  std::string isa;
+  std::string trace;
+  bool json = false;
+  bool no_limits = false;
+  bool refresh_sysinfo = false;
+  bool no_counters = false;
+};
+
+// Roofline denominators for `threads` threads from the (cached) sysinfo
+// measurement. Peak compute is per-core peak times the threads used, capped
+// by what all measured threads reached together (SMT siblings share units).
+profile::MachineLimits machine_limits(int threads, bool refresh) {
+  profile::MachineLimits lim;
+  auto si = profile::load_or_measure_sysinfo(threads, refresh);
+  if (!si.ok()) {
+    lim.source = "sysinfo failed: " + si.status().message();
+    return lim;
+  }
+  lim.read_gb_per_s = si->best_read_gb_per_s(threads);
+  const int used = si->hardware_threads > 0 ? std::min(threads, si->hardware_threads) : threads;
+  lim.peak_gflops = si->fp32_gflops_per_core * used;
+  if (si->fp32_gflops_total > 0) lim.peak_gflops = std::min(lim.peak_gflops, si->fp32_gflops_total);
+  lim.cache_bytes = si->l3_bytes;
+  lim.source = "sysinfo, " + std::to_string(threads) + " threads, measured " + si->measured_at;
+  return lim;
+}
+
+int run_profile(const ProfileFlags& f) {
+  profile::ProfileOptions po;
+  po.prefill = f.phase == "prefill";
+  po.context = f.context;
+  po.batch = f.batch;
+  po.steps = f.steps;
+  po.warmup = f.warmup;
+  po.counters = !f.no_counters;
+
+  auto cfg = load_config(f.model + "/config.json");
+  if (!cfg.ok()) return report(cfg.status());
+  auto eo = profile::profile_engine_options(po, *cfg);
+  if (!eo.ok()) return report(eo.status());
+  eo->threads = f.threads;
+  if (!f.isa.empty()) {
+    kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar : f.isa == "avx2" ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512;
+    eo->kernels = kernels::table_for(isa);
+    if (eo->kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
+  }
+  auto engine = runtime::Engine::load(f.model, *eo);
+  if (!engine.ok()) return report(engine.status());
+  runtime::Engine& e = **engine;
+
+  // Limits first: measuring them (once per machine, then cached) must not
+  // overlap the profiled steps.
+  profile::MachineLimits lim;
+  if (f.no_limits) lim.source = "--no-limits";
+  else lim = machine_limits(e.threads(), f.refresh_sysinfo);
+
+  auto run = profile::run_profile(e, po);
+  if (!run.ok()) return report(run.status());
+  const profile::ProfileReport rep = profile::build_report(*run->profiler, lim);
+  if (!f.trace.empty()) {
+    Status s = profile::write_chrome_trace(*run->profiler, f.trace);
+    if (!s.ok()) return report(s);
+  }
+
+  const std::string isa(kernels::isa_name(e.kernels().isa));
+  if (f.json) {
+    nlohmann::json j = profile::report_json(rep);
+    j["model"] = f.model;
+    j["phase"] = f.phase;
+    j["context"] = f.context;
+    j["batch"] = f.batch;
+    j["warmup"] = f.warmup;
+    j["threads"] = e.threads();
+    j["isa"] = isa;
+    j["counters"] = profile::counters_json(run->counters);
+    j["unprofiled_step_ms"] = run->unprofiled_step_ms;
+    j["allocations_during_steps"] = run->allocations >= 0 ? nlohmann::json(run->allocations) : nlohmann::json(nullptr);
+    j["trace"] = f.trace.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.trace);
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("k3 profile: %s, %s, batch %ld, context %ld, %d threads, %s kernels, %ld steps after %ld warmup\n", f.model.c_str(),
+              f.phase.c_str(), static_cast<long>(f.batch), static_cast<long>(f.context), e.threads(), isa.c_str(),
+              static_cast<long>(f.steps), static_cast<long>(f.warmup));
+  std::printf("%s\n", profile::format_report(rep, f.top).c_str());
+  std::printf("%s", profile::format_counters(run->counters).c_str());
+  std::printf("same step without profiler hooks: %.4f ms median (profiled: %.4f ms median)\n", run->unprofiled_step_ms,
+              rep.step_ms_median);
+  if (run->allocations >= 0)
+    std::printf("heap allocations during profiled steps: %ld\n", static_cast<long>(run->allocations));
+  if (!f.trace.empty()) std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", f.trace.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Registered add_profile(CLI::App& app) {
+  auto f = std::make_shared<ProfileFlags>();
+  CLI::App* sub = app.add_subcommand("profile", "Per-op time, bytes and FLOPs of a decode or prefill step, against the machine's limits");
+  sub->add_option("-m,--model", f->model, "Model: a checkpoint directory (config.json + model.safetensors)")->required();
+  sub->add_option("--phase", f->phase, "decode: one token per sequence at position --context; prefill: one chunk of --context tokens")
+      ->check(CLI::IsMember({"decode", "prefill"}));
+  sub->add_option("-c,--context", f->context, "Decode: cached positions before the profiled token; prefill: chunk length")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  sub->add_option("-b,--batch", f->batch, "Sequences decoded together (decode only)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  sub->add_option("--steps", f->steps, "Profiled steps (the report is their mean)")->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  sub->add_option("--warmup", f->warmup, "Unprofiled steps first")->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
+  sub->add_option("--top", f->top, "Slowest nodes to list")->check(CLI::Range(0, 100000));
+  sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  sub->add_option("--trace", f->trace, "Write a Chrome trace-event JSON file (Perfetto, chrome://tracing)");
+  sub->add_flag("--json", f->json, "Print one JSON object instead of tables");
+  sub->add_flag("--no-limits", f->no_limits, "Skip the machine limits (sysinfo) and the % of limit columns");
+  sub->add_flag("--refresh-sysinfo", f->refresh_sysinfo, "Re-measure the machine limits instead of using the cached ones");
+  sub->add_flag("--no-counters", f->no_counters, "Do not open hardware performance counters");
+  return {sub, [f]() { return run_profile(*f); }};
+}
+
+}  // namespace k3::cli
