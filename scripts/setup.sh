@@ -10,6 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler
   clang-format)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
