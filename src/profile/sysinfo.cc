@@ -271,7 +271,7 @@ template <typename Body>
 double timed_run(ThreadPool& pool, Body& body) {
   std::atomic<int> arrived{0};
   Clock::time_point t0;
-  pool.run([&](int t, int nt) {
+  pool.run_on_each_thread([&](int t, int nt) {
     arrived.fetch_add(1, std::memory_order_acq_rel);
     for (int spins = 0; arrived.load(std::memory_order_acquire) < nt; ++spins) {
       __builtin_ia32_pause();

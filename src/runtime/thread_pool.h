@@ -2,9 +2,15 @@
 //
 // Decode runs a few hundred short parallel regions per token, so dispatch
 // must cost well under a microsecond and must never allocate: the pool hands
-// workers a function pointer and a context pointer, workers spin briefly on a
-// generation counter before sleeping on it with a futex. (Not std::atomic::wait:
-// GCC 12's libstdc++ loses wake-ups on 64-bit atomics, seen here as a hang.)
+// workers a function pointer and a context pointer; workers spin briefly on a
+// generation counter before sleeping on it with a futex. (Not
+// std::atomic::wait: GCC 12's libstdc++ loses wake-ups on 64-bit atomics.)
+//
+// Work is split into chunks that threads claim one at a time, so a thread
+// the OS has descheduled (the machine is shared) delays a region by at most
+// the chunk it holds: the others, the caller included, take the rest. A claim
+// carries the region's generation, so a worker that wakes late can never run
+// a chunk of a region that has already finished.
 #pragma once
 
 #include <atomic>
@@ -24,49 +30,75 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Runs f(thread_index, n_threads) on every thread (the caller is index 0)
-  // and returns when all have finished.
+  // Calls f(chunk, n_chunks) once for every chunk in [0, n_chunks), on
+  // whichever threads claim them, and returns when all have finished.
   template <typename F>
-  void run(F&& f) {
+  void run_chunks(int64_t n_chunks, F&& f) {
+    if (n_chunks <= 0) return;
+    if (n_threads_ == 1 || n_chunks == 1) {
+      for (int64_t c = 0; c < n_chunks; ++c) f(c, n_chunks);
+      return;
+    }
+    using Fn = std::remove_reference_t<F>;
+    run_raw([](void* ctx, int64_t c, int64_t n) { (*static_cast<Fn*>(ctx))(c, n); },
+            const_cast<void*>(static_cast<const void*>(&f)), n_chunks, /*one_per_thread=*/false);
+  }
+
+  // f(t, size()) exactly once on each thread t (the caller is 0), all at the
+  // same time: for measurements that need every thread busy at once (sysinfo).
+  // Unlike run_chunks, this waits for every worker to be scheduled.
+  template <typename F>
+  void run_on_each_thread(F&& f) {
     if (n_threads_ == 1) {
       f(0, 1);
       return;
     }
     using Fn = std::remove_reference_t<F>;
-    run_raw([](void* ctx, int t, int n) { (*static_cast<Fn*>(ctx))(t, n); }, const_cast<void*>(static_cast<const void*>(&f)));
+    run_raw([](void* ctx, int64_t c, int64_t n) { (*static_cast<Fn*>(ctx))(static_cast<int>(c), static_cast<int>(n)); },
+            const_cast<void*>(static_cast<const void*>(&f)), n_threads_, /*one_per_thread=*/true);
   }
 
-  // Splits [0, n) into one contiguous chunk per thread, boundaries rounded to
-  // multiples of `align`, and calls f(begin, end) for each non-empty chunk.
+  // Splits [0, n) into chunks with boundaries at multiples of `align` and
+  // calls f(begin, end) for each non-empty chunk.
   template <typename F>
   void parallel_for(int64_t n, int64_t align, F&& f) {
     if (n <= 0) return;
-    run([&](int t, int nt) {
+    const int64_t blocks = (n + align - 1) / align;
+    const int64_t chunks = std::min<int64_t>(blocks, int64_t{kChunksPerThread} * n_threads_);
+    run_chunks(chunks, [&](int64_t c, int64_t nc) {
       int64_t begin, end;
-      split_range(n, align, t, nt, begin, end);
+      split_range(n, align, c, nc, begin, end);
       if (begin < end) f(begin, end);
     });
   }
 
-  static void split_range(int64_t n, int64_t align, int t, int nt, int64_t& begin, int64_t& end) {
+  static void split_range(int64_t n, int64_t align, int64_t part, int64_t parts, int64_t& begin, int64_t& end) {
     const int64_t blocks = (n + align - 1) / align;
-    begin = std::min(n, blocks * t / nt * align);
-    end = std::min(n, blocks * (t + 1) / nt * align);
+    begin = std::min(n, blocks * part / parts * align);
+    end = std::min(n, blocks * (part + 1) / parts * align);
   }
 
  private:
-  using RawFn = void (*)(void*, int, int);
-  void run_raw(RawFn fn, void* ctx);
-  void worker_loop(int index);
+  // More chunks than threads lets the others absorb a delayed thread's share.
+  static constexpr int kChunksPerThread = 4;
+  using RawFn = void (*)(void*, int64_t, int64_t);
+  void run_raw(RawFn fn, void* ctx, int64_t n_chunks, bool one_per_thread);
+  void worker_loop();
   void wake_all();
+  // Claims and runs chunks of the region with generation `gen` until none are left.
+  void drain(uint32_t gen);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  RawFn fn_ = nullptr;
-  void* ctx_ = nullptr;
-  std::atomic<uint32_t> generation_{0};
-  std::atomic<int> pending_{0};
-  std::atomic<int> sleepers_{0};  // workers in (or entering) futex wait
+  // Region state, published by the release store of ticket_.
+  std::atomic<RawFn> fn_{nullptr};
+  std::atomic<void*> ctx_{nullptr};
+  std::atomic<int64_t> n_chunks_{0};
+  std::atomic<bool> one_per_thread_{false};
+  std::atomic<uint64_t> ticket_{0};  // generation << 32 | next chunk to claim
+  std::atomic<int64_t> done_{0};      // chunks finished in the current region
+  std::atomic<uint32_t> generation_{0};  // futex word workers sleep on
+  std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
 };
 

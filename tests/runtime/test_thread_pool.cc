@@ -30,13 +30,46 @@ TEST(ThreadPool, ParallelForCoversEachIndexOnce) {
 TEST(ThreadPool, ManyDispatchesAndIdleGaps) {
   ThreadPool pool(2);
   std::atomic<int64_t> sum{0};
-  for (int round = 0; round < 20000; ++round) pool.run([&](int t, int) { sum.fetch_add(t + 1); });
-  EXPECT_EQ(sum.load(), 20000 * 3);
+  // Chunks 0..4 each add chunk + 1: 15 per region.
+  for (int round = 0; round < 20000; ++round) pool.run_chunks(5, [&](int64_t c, int64_t) { sum.fetch_add(c + 1); });
+  EXPECT_EQ(sum.load(), 20000 * 15);
   for (int round = 0; round < 5; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));  // workers go to sleep
-    pool.run([&](int t, int) { sum.fetch_add(t + 1); });
+    pool.run_chunks(5, [&](int64_t c, int64_t) { sum.fetch_add(c + 1); });
   }
-  EXPECT_EQ(sum.load(), 20005 * 3);
+  EXPECT_EQ(sum.load(), 20005 * 15);
+}
+
+TEST(ThreadPool, RunOnEachThreadUsesDistinctThreadsAtOnce) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 200; ++round) {
+    std::atomic<int> arrived{0};
+    std::thread::id ids[3];
+    // A barrier inside the region: only completes if all three run at once.
+    pool.run_on_each_thread([&](int t, int n) {
+      ids[t] = std::this_thread::get_id();
+      arrived.fetch_add(1);
+      while (arrived.load() < n) std::this_thread::yield();
+    });
+    EXPECT_NE(ids[0], ids[1]);
+    EXPECT_NE(ids[0], ids[2]);
+    EXPECT_NE(ids[1], ids[2]);
+  }
+}
+
+TEST(ThreadPool, CallerFinishesWhileAWorkerIsBusyElsewhere) {
+  // One chunk blocks until the region's other chunks are done; with chunks
+  // claimed dynamically the remaining threads must take all the others.
+  ThreadPool pool(2);
+  for (int round = 0; round < 50; ++round) {
+    std::atomic<int> done{0};
+    pool.run_chunks(16, [&](int64_t c, int64_t n) {
+      if (c == 0)
+        while (done.load() < n - 1) std::this_thread::yield();
+      done.fetch_add(1);
+    });
+    EXPECT_EQ(done.load(), 16);
+  }
 }
 
 }  // namespace

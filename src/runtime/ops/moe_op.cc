@@ -121,13 +121,10 @@ void run_Moe(const OpCall& c) {
       std::memcpy(xg + r * d, x + t * d, static_cast<size_t>(d) * 4);
     }
 
-  // 4. Up (and gate) projections + activation; threads split F columns of
-  //    every active expert, so each thread's columns need no barrier before
-  //    the activation.
-  c.pool->run([&](int th, int nth) {
-    int64_t b, e;
-    ThreadPool::split_range(f, 16, th, nth, b, e);
-    if (b >= e) return;
+  // 4. Up (and gate) projections + activation; chunks of F columns of every
+  //    active expert, so a chunk's columns need no barrier before the
+  //    activation.
+  c.pool->parallel_for(f, 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
@@ -142,11 +139,8 @@ void run_Moe(const OpCall& c) {
     }
   });
 
-  // 5. Down projections; threads split D columns.
-  c.pool->run([&](int th, int nth) {
-    int64_t b, e;
-    ThreadPool::split_range(d, 16, th, nth, b, e);
-    if (b >= e) return;
+  // 5. Down projections; chunks of D columns.
+  c.pool->parallel_for(d, 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
