@@ -1,0 +1,93 @@
+"""End-to-end checks of the measurement commands: ``k3 sysinfo``, ``k3 bench``
+and ``k3 profile`` produce every documented key, valid files, and clear
+errors. No timing is asserted (the machine is shared); only structure and
+sanity (positive numbers, consistent counts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from k3_e2e import K3Runner
+
+BENCH_KEYS = {
+    "label", "batch", "ttft_ms", "decode_ms_per_token", "total_ms", "tokens_per_s", "decode_tokens_per_s",
+    "requests_per_s", "decode_gb_per_s", "bytes_per_step", "read_bandwidth_fraction", "first_request_ttft_ms",
+    "first_request_decode_ms_per_token", "allocations_per_step", "load_ms",
+}
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # sysinfo results are cached per machine; tests use their own cache.
+    monkeypatch.setenv("K3_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_sysinfo_json_has_limits(k3: K3Runner) -> None:
+    r = k3.run("sysinfo", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["hardware_threads"] >= 1
+    assert info["fp32_gflops_per_core"] > 0
+    reads = info["read"]
+    assert reads and all(p["gb_per_s"] > 0 for p in reads)
+
+
+def test_bench_reports_every_key_and_writes_files(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:
+    out_json, out_md, out_svg = tmp_path / "b.json", tmp_path / "b.md", tmp_path / "b.svg"
+    r = k3.run("bench", "--model", checkpoints["k3-tiny"], "--batch", "1,2", "--prompt-len", "8", "--gen-len", "6",
+               "--repeat", "2", "--warmup", "1", "--threads", "1", "--json", out_json, "--markdown", out_md,
+               "--plot", out_svg, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "decode ms/token" in r.stdout and "batch 2" in r.stdout
+    data = json.loads(out_json.read_text())
+    assert [p["batch"] for p in data["results"]] == [1, 2]
+    for p in data["results"]:
+        assert BENCH_KEYS <= set(p), BENCH_KEYS - set(p)
+        assert p["decode_ms_per_token"]["median"] > 0
+        assert p["decode_ms_per_token"]["min"] <= p["decode_ms_per_token"]["median"] <= p["decode_ms_per_token"]["max"]
+        assert p["bytes_per_step"] > 0
+        assert p["allocations_per_step"] == 0  # the decode loop allocates nothing
+        assert p["read_bandwidth_fraction"] > 0  # sysinfo was measured into the private cache
+    # Batch 2 reads at least as many bytes per step as batch 1 (more KV, maybe more experts).
+    assert data["results"][1]["bytes_per_step"] >= data["results"][0]["bytes_per_step"]
+    assert out_md.read_text().startswith("model:")
+    svg = out_svg.read_text()
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and "<polyline" in svg
+
+
+def test_bench_compare_adds_ratio_columns(k3: K3Runner, checkpoints: dict) -> None:
+    r = k3.run("bench", "--compare", f"{checkpoints['k3-tiny']},{checkpoints['k3-tiny-bf16']}", "--prompt-len", "4",
+               "--gen-len", "4", "--repeat", "1", "--warmup", "0", "--threads", "1", "--no-sysinfo", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "k3-tiny-bf16 vs k3-tiny" in r.stdout
+    assert "x |" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--batch", "0"], "--batch"),
+    (["--batch", "1,x"], "--batch"),
+    (["--compare", "onlyone"], "at least two"),
+    (["--top-p", "0"], "top-p"),
+    (["--plot", "out.png"], ".svg"),
+])
+def test_bench_rejects_bad_flags(k3: K3Runner, checkpoints: dict, args: list, needle: str) -> None:
+    base = [] if "--compare" in args else ["--model", checkpoints["k3-tiny"]]
+    r = k3.run("bench", *base, "--gen-len", "2", "--prompt-len", "2", "--repeat", "1", "--no-sysinfo", *args)
+    assert r.returncode != 0 and r.returncode > 0
+    assert needle in r.stderr
+
+
+def test_profile_json_and_trace(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    r = k3.run("profile", "--model", checkpoints["k3-small"], "--phase", "decode", "--context", "32", "--steps", "5",
+               "--threads", "1", "--trace", trace, "--json", timeout=180)
+    assert r.returncode == 0, r.stderr
+    prof = json.loads(r.stdout)
+    assert prof  # structure is covered by tests/profile; here: the CLI path works end to end
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["name"] for e in events if e.get("ph") == "X"}
+    assert any(".moe" in n for n in names) and any("attention" in n for n in names)
+    assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")
