@@ -21,47 +21,18 @@
 #include "frontend/checkpoint/checkpoint.h"
 #include "util/half.h"
 
+#include "support/temp_files.h"
+
 namespace {
+
+using k3::testing::read_bytes;
+using k3::testing::TempDir;
+using k3::testing::write_bytes;
+using k3::testing::write_text;
 
 namespace fs = std::filesystem;
 using k3::ir::DType;
 using ::testing::HasSubstr;
-
-// A fresh directory under the system temp dir, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = "k3_test_checkpoint_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
-    if (info != nullptr) name += std::string("_") + info->name();
-    path_ = fs::temp_directory_path() / name;
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path() const { return path_.string(); }
-  std::string sub(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
 
 k3::ModelConfig preset(const std::string& name) {
   auto c = k3::preset_config(name);

@@ -15,45 +15,17 @@
 
 #include "util/npy.h"
 
+#include "support/temp_files.h"
+
 namespace {
+
+using k3::testing::read_bytes;
+using k3::testing::TempDir;
+using k3::testing::write_bytes;
+using k3::testing::write_text;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-// A fresh directory under the system temp dir, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = "k3_test_npy_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
-    if (info != nullptr) name += std::string("_") + info->name();
-    path_ = fs::temp_directory_path() / name;
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // A version 1.0 .npy file with the given header dict text (padded to 64 bytes
 // like NumPy does) followed by raw data bytes.
