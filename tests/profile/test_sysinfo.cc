@@ -374,7 +374,8 @@ TEST_F(SysInfoCache, SecondLoadReturnsCachedEntry) {
   auto refreshed = load_or_measure_sysinfo(small_options(), true);
   ASSERT_TRUE(refreshed.ok()) << refreshed.status().message();
   EXPECT_NE(refreshed->fp32_gflops_per_core, kSentinel);
-  for (auto& e : read_file()["entries"]) EXPECT_NE(e["fp32_gflops_per_core"].get<double>(), kSentinel);
+  const auto cache = read_file();  // keep the parsed JSON alive for the loop
+  for (auto& e : cache["entries"]) EXPECT_NE(e["fp32_gflops_per_core"].get<double>(), kSentinel);
 }
 
 TEST_F(SysInfoCache, CorruptFileIsRemeasuredAndRewritten) {
