@@ -22,6 +22,7 @@ Registered add_generate(CLI::App& app);
 Registered add_sysinfo(CLI::App& app);
 Registered add_profile(CLI::App& app);
 Registered add_bench(CLI::App& app);
+Registered add_lint(CLI::App& app);
 
 // Prints "k3: error: <message>" on stderr and returns the exit code for it.
 int report(const Status& status);

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "k3 0.1.0");
   std::vector<k3::cli::Registered> commands;
-  for (auto add : {k3::cli::add_init_model, k3::cli::add_generate, k3::cli::add_sysinfo, k3::cli::add_profile, k3::cli::add_bench}) commands.push_back(add(app));
+  for (auto add : {k3::cli::add_init_model, k3::cli::add_generate, k3::cli::add_sysinfo, k3::cli::add_profile, k3::cli::add_bench,
+                    k3::cli::add_lint}) commands.push_back(add(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
