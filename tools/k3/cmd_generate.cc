@@ -1,4 +1,5 @@
 // k3 generate: prefill + decode with timing, token ids in and out.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -7,6 +8,7 @@
 
 #include "commands.h"
 #include "runtime/generator.h"
+#include "tensor_dump.h"
 #include "util/npy.h"
 
 namespace k3::cli {
@@ -26,6 +28,7 @@ struct GenerateFlags {
   int64_t prefill_chunk = 128;
   std::string isa;
   std::string dump_logits;
+  std::string dump_tensors;
   bool reference = false;
   bool json = false;
 };
@@ -56,11 +59,16 @@ StatusOr<std::vector<std::vector<int32_t>>> read_prompts(const GenerateFlags& f)
 int run_generate(const GenerateFlags& f) {
   auto prompts = read_prompts(f);
   if (!prompts.ok()) return report(prompts.status());
+  if (!f.dump_tensors.empty() && prompts->size() != 1)
+    return report(invalid_argument("--dump-tensors needs exactly one prompt (got " + std::to_string(prompts->size()) + ")"));
   runtime::EngineOptions eo;
   eo.threads = f.threads;
   eo.max_batch = static_cast<int64_t>(prompts->size());
   eo.ctx_len = f.ctx_size;
   eo.prefill_chunk = f.prefill_chunk;
+  // The dump prefills the whole prompt in one step.
+  if (!f.dump_tensors.empty())
+    eo.prefill_chunk = std::max<int64_t>(eo.prefill_chunk, static_cast<int64_t>(prompts->front().size()));
   eo.reference = f.reference;
   if (!f.isa.empty()) {
     kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar : f.isa == "avx2" ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512;
@@ -71,6 +79,11 @@ int run_generate(const GenerateFlags& f) {
   auto engine = runtime::Engine::load(f.model, eo);
   if (!engine.ok()) return report(engine.status());
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+
+  if (!f.dump_tensors.empty()) {
+    Status s = dump_tensors(**engine, prompts->front(), f.dump_tensors);
+    if (!s.ok()) return report(s);
+  }
 
   runtime::GenerateOptions go;
   go.max_new_tokens = f.max_new_tokens;
@@ -148,6 +161,9 @@ Registered add_generate(CLI::App& app) {
   sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
   sub->add_flag("--reference", f->reference, "Run the scalar reference ops (slow; for checking)");
   sub->add_option("--dump-logits", f->dump_logits, "Write the logits of every generated step to a float32 .npy [1, steps, vocab]");
+  sub->add_option("--dump-tensors", f->dump_tensors,
+                  "Write every node's output of the prefill step and of one greedy decode step as .npy files under "
+                  "DIR/step0, DIR/step1 (one prompt; see docs/debugging.md)");
   sub->add_flag("--json", f->json, "Print one JSON object with ids and timings");
   return {sub, [f]() { return run_generate(*f); }};
 }
