@@ -31,4 +31,8 @@ fi
 if ! .venv/bin/python -c "import torch, numpy, safetensors, pytest" >/dev/null 2>&1; then
   .venv/bin/pip install -q -r python/requirements.txt
 fi
+# ONNX export and the peer engines (bench/peers.py): onnx, onnxruntime, onnxscript.
+if ! .venv/bin/python -c "import onnx, onnxruntime, onnxscript" >/dev/null 2>&1; then
+  .venv/bin/pip install -q -r python/requirements-export.txt
+fi
 echo "setup: done"

@@ -1,0 +1,472 @@
+"""Peer comparison in one command: K3 vs PyTorch eager vs ONNX Runtime, same weights.
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/peers.py --model DIR [--prompt-len 128] [--gen-len 128]
+        [--threads 2] [--repeat 3] [--warmup 1] [--json FILE] [--markdown FILE]
+
+Every engine runs the same checkpoint, batch 1, the same prompt length P,
+generation length G and thread count T, one engine after another (never two
+at once). Decoding is greedy everywhere (K3 runs ``k3 bench --temp 0``) and
+every run generates exactly G tokens (no EOS stop). Per engine, after
+``--warmup`` unmeasured runs, each of ``--repeat`` runs measures
+
+* prefill: the forward pass over the P prompt tokens plus choosing the first
+  token -- prefill tok/s = P / prefill seconds (K3: P / ttft_ms.median);
+* decode: the remaining G-1 steps, one token each through the KV cache --
+  decode tok/s = (G-1) / decode seconds (K3: decode_tokens_per_s.median);
+
+and the table reports the medians and each engine's ratio to K3 (> 1: faster
+than K3). An "other load" column gives the CPU (in cores) that other
+processes used while each engine ran: on a shared machine, numbers taken with
+other load well above 0 are disturbed (a 2-thread engine on 2 busy cores can
+lose an order of magnitude) and should be re-run.
+
+Engines:
+
+* **K3** -- ``build/bin/k3 bench --model DIR --batch 1 --prompt-len P
+  --gen-len G --threads T --repeat R --warmup W --temp 0 --no-sysinfo --json``
+  (``$K3_BIN`` or ``--k3-bin`` to use another binary).
+* **K3 -O0** -- a TODO row: it joins when the AOT compiler exists.
+* **PyTorch eager** -- the k3ref reference model (``torch.set_num_threads(T)``,
+  inference mode, KV cache by concatenation).
+* **ONNX Runtime** -- the naive ONNX export of the same checkpoint
+  (``k3ref.export_onnx``, exported on the fly into a temp dir before any
+  timing), CPU provider, ORT_ENABLE_ALL, ``intra_op_num_threads=T``;
+  present -> past fed back each step.
+* **llama.cpp** -- not yet: needs a GGUF exporter for the moe-swiglu presets.
+
+Peers come from PyPI (onnxruntime, see python/requirements-export.txt);
+nothing is vendored. ``--json`` writes settings, machine and raw per-run
+times; ``--markdown`` writes the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "python") not in sys.path:
+    sys.path.insert(0, str(REPO / "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from k3ref import K3Config, K3Model, load_config  # noqa: E402
+
+PROMPT_SEED = 1234
+
+
+@dataclass
+class EngineResult:
+    """One row of the table; ``None`` throughput means the engine did not run."""
+
+    engine: str
+    prefill_tok_s: Optional[float] = None
+    decode_tok_s: Optional[float] = None
+    note: str = ""
+    #: CPU time other processes used while this engine ran, in cores (0 = quiet).
+    other_load_cores: Optional[float] = None
+    prefill_s: list[float] = field(default_factory=list)
+    decode_s: list[float] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Settings:
+    model: str
+    prompt_len: int
+    gen_len: int
+    threads: int
+    repeat: int
+    warmup: int
+    batch: int = 1
+    decoding: str = "greedy"
+
+
+# --------------------------------------------------------------------------
+# Timing harness shared by the Python-driven peers
+# --------------------------------------------------------------------------
+
+# A step function: (new token ids [1, T], cache or None) -> (last logits [V], cache).
+StepFn = Callable[[np.ndarray, Any], tuple[np.ndarray, Any]]
+
+
+def time_generation(
+    step: StepFn, prompt: np.ndarray, gen_len: int
+) -> tuple[float, float, list[int]]:
+    """Greedy prefill + (gen_len - 1) decode steps -> (prefill s, decode s, ids)."""
+    t0 = time.perf_counter()
+    last, cache = step(prompt, None)
+    token = int(np.argmax(last))
+    t1 = time.perf_counter()
+    generated = [token]
+    for _ in range(gen_len - 1):
+        last, cache = step(np.array([[token]], dtype=np.int64), cache)
+        token = int(np.argmax(last))
+        generated.append(token)
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, generated
+
+
+def measure(name: str, step: StepFn, settings: Settings, prompt: np.ndarray) -> EngineResult:
+    """Warm-up runs, then ``repeat`` timed runs; medians to tok/s."""
+    result = EngineResult(name)
+    for rep in range(settings.warmup + settings.repeat):
+        prefill_s, decode_s, generated = time_generation(step, prompt, settings.gen_len)
+        if rep < settings.warmup:
+            continue
+        result.prefill_s.append(prefill_s)
+        result.decode_s.append(decode_s)
+        result.generated = generated
+    result.prefill_tok_s = settings.prompt_len / statistics.median(result.prefill_s)
+    if settings.gen_len > 1:
+        result.decode_tok_s = (settings.gen_len - 1) / statistics.median(result.decode_s)
+    return result
+
+
+class OtherLoad:
+    """Measures the CPU other processes used during a ``with`` block, in cores.
+
+    Busy jiffies of the whole machine (/proc/stat) minus this process's and
+    its waited-for children's CPU time (os.times), over the wall time. On a
+    shared machine a value well above 0 means the numbers are disturbed.
+    """
+
+    def __enter__(self) -> "OtherLoad":
+        self.cores: Optional[float] = None
+        self._start = (self._busy_s(), self._own_s(), time.perf_counter())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        busy, own, wall = self._busy_s(), self._own_s(), time.perf_counter()
+        if self._start[0] is not None and busy is not None and wall > self._start[2]:
+            other = (busy - self._start[0]) - (own - self._start[1])
+            self.cores = max(0.0, other / (wall - self._start[2]))
+
+    @staticmethod
+    def _busy_s() -> Optional[float]:
+        try:
+            fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        except (OSError, IndexError):
+            return None
+        ticks = [int(x) for x in fields[:8]]
+        idle = ticks[3] + ticks[4]  # idle + iowait
+        return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own_s() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+
+# --------------------------------------------------------------------------
+# Engines
+# --------------------------------------------------------------------------
+
+
+def k3_binary(explicit: Optional[str]) -> Path:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("K3_BIN", "").strip()
+    return Path(env) if env else REPO / "build" / "bin" / "k3"
+
+
+def run_k3(binary: Path, settings: Settings, workdir: Path) -> EngineResult:
+    """``k3 bench`` at batch 1; reads results[0] of its JSON."""
+    out = workdir / "k3-bench.json"
+    cmd = [
+        str(binary),
+        "bench",
+        "--model",
+        settings.model,
+        "--batch",
+        "1",
+        "--prompt-len",
+        str(settings.prompt_len),
+        "--gen-len",
+        str(settings.gen_len),
+        "--threads",
+        str(settings.threads),
+        "--repeat",
+        str(settings.repeat),
+        "--warmup",
+        str(settings.warmup),
+        "--temp",
+        "0",
+        "--no-sysinfo",
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    )
+    if proc.returncode != 0:
+        return EngineResult(
+            "K3", note=f"k3 bench failed (rc {proc.returncode}): {proc.stderr.strip()[-300:]}"
+        )
+    point = json.loads(out.read_text())["results"][0]
+    return EngineResult(
+        "K3",
+        prefill_tok_s=settings.prompt_len / point["ttft_ms"]["median"] * 1000.0,
+        decode_tok_s=point["decode_tokens_per_s"]["median"],
+        note="k3 bench --temp 0",
+    )
+
+
+def run_torch(model: K3Model, settings: Settings, prompt: np.ndarray) -> EngineResult:
+    """The k3ref reference model in eager PyTorch."""
+    torch.set_num_threads(settings.threads)
+
+    def step(ids: np.ndarray, cache: Any) -> tuple[np.ndarray, Any]:
+        start = 0 if cache is None else cache[0][0].shape[2]
+        with torch.inference_mode():
+            logits, cache = model(torch.from_numpy(ids), cache, start)
+        return logits[0, -1].numpy(), cache
+
+    result = measure("PyTorch eager", step, settings, prompt)
+    result.note = f"torch {torch.__version__}, k3ref reference"
+    return result
+
+
+def run_onnxruntime(
+    onnx_path: Path, config: K3Config, settings: Settings, prompt: np.ndarray, exporter: str
+) -> EngineResult:
+    """ONNX Runtime CPU on the naive export."""
+    import onnxruntime as ort
+
+    from k3ref.export_onnx import OrtNaiveSession, empty_past
+
+    session = OrtNaiveSession(
+        onnx_path,
+        config,
+        threads=settings.threads,
+        graph_optimization=ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    )
+
+    def step(ids: np.ndarray, cache: Any) -> tuple[np.ndarray, Any]:
+        past = empty_past(config, 1) if cache is None else cache
+        logits, present = session.step(ids, past)
+        return logits[0, -1], present
+
+    result = measure("ONNX Runtime", step, settings, prompt)
+    result.note = f"onnxruntime {ort.__version__}, naive export ({exporter}), ORT_ENABLE_ALL"
+    return result
+
+
+# --------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def _fmt(value: Optional[float], digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(value: Optional[float], base: Optional[float]) -> str:
+    if value is None or base is None or base <= 0:
+        return "—"
+    return f"{value / base:.2f}x"
+
+
+def markdown_table(
+    rows: Sequence[EngineResult], settings: Settings, machine: dict[str, Any]
+) -> str:
+    k3 = next((r for r in rows if r.engine == "K3"), None)
+    base_decode = k3.decode_tok_s if k3 else None
+    base_prefill = k3.prefill_tok_s if k3 else None
+    lines = [
+        f"Model `{settings.model}`; batch 1, prompt {settings.prompt_len}, "
+        f"gen {settings.gen_len} ({settings.decoding}), threads {settings.threads}, "
+        f"repeat {settings.repeat} (medians), warmup {settings.warmup}.",
+        f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, "
+        f"{machine['platform']}.",
+        "",
+        "(other load: CPU cores other processes used during that engine's runs;"
+        " well above 0 = disturbed numbers.)",
+        "",
+        "| engine | prefill tok/s | decode tok/s | decode ratio vs K3 "
+        "| prefill ratio vs K3 | other load | notes |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.engine} | {_fmt(r.prefill_tok_s)} | {_fmt(r.decode_tok_s)} | "
+            f"{_ratio(r.decode_tok_s, base_decode)} | {_ratio(r.prefill_tok_s, base_prefill)} | "
+            f"{_fmt(r.other_load_cores, 2)} | {r.note} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench/peers.py",
+        description="Decode/prefill tok/s of K3 and its peers on the same K3 weights.",
+    )
+    parser.add_argument("--model", required=True, help="K3 checkpoint directory")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--gen-len", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs per engine first")
+    parser.add_argument(
+        "--engines",
+        default="k3,torch,ort",
+        help="comma-separated subset of k3,torch,ort (default all)",
+    )
+    parser.add_argument(
+        "--k3-bin", default=None, help="k3 binary (default $K3_BIN or build/bin/k3)"
+    )
+    parser.add_argument(
+        "--exporter",
+        choices=("torchscript", "dynamo"),
+        default="torchscript",
+        help="ONNX exporter for the ONNX Runtime peer",
+    )
+    parser.add_argument("--json", metavar="FILE", help="write settings, machine and results")
+    parser.add_argument("--markdown", metavar="FILE", help="write the Markdown table")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_arg_parser()
+    args = parser.parse_args(argv)
+    engines = {e.strip() for e in args.engines.split(",") if e.strip()}
+    if not engines <= {"k3", "torch", "ort"}:
+        parser.error(f"unknown engine(s) in --engines {args.engines!r}")
+    if min(args.prompt_len, args.gen_len, args.threads, args.repeat) < 1 or args.warmup < 0:
+        parser.error("--prompt-len, --gen-len, --threads and --repeat must be >= 1; --warmup >= 0")
+    config = load_config(args.model)
+    if args.prompt_len + args.gen_len > config.max_seq_len:
+        parser.error(
+            f"prompt + gen ({args.prompt_len + args.gen_len}) exceeds max_seq_len "
+            f"{config.max_seq_len}"
+        )
+    settings = Settings(
+        str(Path(args.model).resolve()),
+        args.prompt_len,
+        args.gen_len,
+        args.threads,
+        args.repeat,
+        args.warmup,
+    )
+    machine = machine_info()
+    rng = np.random.default_rng(PROMPT_SEED)
+    prompt = rng.integers(0, config.vocab_size, size=(1, args.prompt_len), dtype=np.int64)
+
+    rows: list[EngineResult] = []
+    with tempfile.TemporaryDirectory(prefix="k3-peers-") as tmp:
+        workdir = Path(tmp)
+        model: Optional[K3Model] = None
+        onnx_path: Optional[Path] = None
+        ort_note = ""
+        if engines & {"torch", "ort"}:
+            model = K3Model.from_pretrained(args.model)
+        if "ort" in engines:
+            assert model is not None
+            try:
+                import onnxruntime  # noqa: F401
+
+                from k3ref.export_onnx import export_naive
+
+                print(f"exporting the naive ONNX graph ({args.exporter}) ...", file=sys.stderr)
+                t0 = time.perf_counter()
+                onnx_path = export_naive(model, workdir / "model.onnx", args.exporter, args.model)
+                print(f"  done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            except ImportError as exc:
+                ort_note = f"not run: {exc} (pip install -r python/requirements-export.txt)"
+
+        # One engine after another; nothing else of ours runs meanwhile.
+        if "k3" in engines:
+            binary = k3_binary(args.k3_bin)
+            print(f"K3: {binary} bench ...", file=sys.stderr)
+            if binary.is_file():
+                with OtherLoad() as load:
+                    rows.append(run_k3(binary, settings, workdir))
+                rows[-1].other_load_cores = load.cores
+            else:
+                rows.append(EngineResult("K3", note=f"not run: {binary} not found"))
+        rows.append(
+            EngineResult("K3 -O0", note="TODO: joins when the AOT compiler exists (no numbers yet)")
+        )
+        if "torch" in engines:
+            assert model is not None
+            print("PyTorch eager ...", file=sys.stderr)
+            with OtherLoad() as load:
+                rows.append(run_torch(model, settings, prompt))
+            rows[-1].other_load_cores = load.cores
+        if "ort" in engines:
+            if onnx_path is not None:
+                print("ONNX Runtime ...", file=sys.stderr)
+                with OtherLoad() as load:
+                    rows.append(
+                        run_onnxruntime(onnx_path, model.config, settings, prompt, args.exporter)
+                    )
+                rows[-1].other_load_cores = load.cores
+            else:
+                rows.append(EngineResult("ONNX Runtime", note=ort_note))
+        rows.append(
+            EngineResult(
+                "llama.cpp", note="not yet: needs a GGUF exporter for the moe-swiglu presets"
+            )
+        )
+
+    by_name = {r.engine: r for r in rows}
+    if "PyTorch eager" in by_name and "ONNX Runtime" in by_name:
+        same = by_name["PyTorch eager"].generated == by_name["ONNX Runtime"].generated
+        by_name["ONNX Runtime"].note += (
+            "; same greedy tokens as PyTorch" if same else "; greedy tokens DIFFER from PyTorch"
+        )
+
+    table = markdown_table(rows, settings, machine)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+    if args.json:
+        payload = {
+            "settings": asdict(settings),
+            "machine": machine,
+            "results": [asdict(r) for r in rows],
+        }
+        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
