@@ -40,6 +40,7 @@ import torch
 
 from .checkpoint import CheckpointError
 from .config import ConfigError
+from .generate import _parse_ids
 from .model import K3Model, KVCache, apply_rotary, rotary_cos_sin
 
 def engine_nodes(model: K3Model) -> list[tuple[str, str]]:
@@ -199,16 +200,6 @@ def dump(model: K3Model, prompt: Sequence[int], out_dir: Path) -> int:
     next1 = int(torch.argmax(last1).item())
     write_step(out_dir, 1, "decode", nodes, tensors1, [next0], [len(prompt)], next1)
     return len(tensors0) + len(tensors1)
-
-
-def _parse_ids(text: str) -> list[int]:
-    try:
-        ids = [int(part) for part in text.split(",") if part.strip() != ""]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"bad token id list {text!r}: {exc}") from exc
-    if not ids:
-        raise argparse.ArgumentTypeError("empty token id list")
-    return ids
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

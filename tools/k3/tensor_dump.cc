@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "runtime/sampler.h"
 #include "util/npy.h"
 
 namespace k3::cli {
@@ -70,14 +71,6 @@ Status write_text(const fs::path& p, const std::string& text) {
   return Status();
 }
 
-// Greedy choice: the first (lowest) index among equal maxima, like torch.argmax.
-int32_t argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return static_cast<int32_t>(best);
-}
-
 struct StepSpec {
   const char* kind;
   std::vector<int32_t> tokens, positions, slots;
@@ -119,7 +112,7 @@ Status dump_tensors(runtime::Engine& engine, const std::vector<int32_t>& prompt,
                            &st.out_row, 1};
     K3_ASSIGN_OR_RETURN(const float* logits, engine.step(in, &hooks));
     K3_RETURN_IF_ERROR(hooks.status());
-    const int32_t next = argmax(logits, vocab);
+    const int32_t next = runtime::argmax(logits, vocab);
     if (s == 0) steps[1].tokens = {next};
 
     nlohmann::json j;
