@@ -11,24 +11,25 @@
 // is an execution concern and lives with the implementation (registry.cc).
 #pragma once
 
-#define K3_OP_LIST(X)                                                                      \
-  /* [V,D] table, [T] i32 ids -> [T,D] */                                                  \
-  X(Embedding, "Embedding")                                                         \
-  /* [T,D], w[D], b[D] -> [T,D]; attr eps */                                               \
-  X(LayerNorm, "LayerNorm")                                                         \
-  /* [T,D], w[D] -> [T,D]; attr eps */                                                     \
-  X(RmsNorm, "RmsNorm")                                                             \
-  /* [T,K] x W[N,K] -> [T,N]  (PyTorch Linear layout, no bias) */                          \
-  X(Linear, "Linear")                                                               \
-  /* [T,D] + [T,D] -> [T,D] */                                                             \
-  X(Add, "Add")                                                                     \
-  /* [T,H*hd], positions[T] i32, cos,sin[L,hd/2] -> [T,H*hd]; attr head_dim (rotate-half) */\
-  X(Rope, "Rope")                                                                   \
-  /* q[T,Hq*hd], k,v[T,Hkv*hd], positions[T], slots[T], kcache, vcache -> [T,Hq*hd] */     \
-  X(CachedAttention, "CachedAttention")                                             \
-  /* x[T,D], gate[E,D], per expert: w_up[F,D] (w_gate[F,D]) w_down[D,F] -> [T,D] */       \
-  X(Moe, "Moe")                                                                      \
-  /* x[T,D], rows[R] i32 -> [R,D]  (select the rows whose logits are needed) */            \
+#define K3_OP_LIST(X)                                                                                             \
+  /* [V,D] table, [T] i32 ids -> [T,D] */                                                                         \
+  X(Embedding, "Embedding")                                                                                       \
+  /* [T,D], w[D], b[D] -> [T,D]; attr eps */                                                                      \
+  X(LayerNorm, "LayerNorm")                                                                                       \
+  /* [T,D], w[D] -> [T,D]; attr eps */                                                                            \
+  X(RmsNorm, "RmsNorm")                                                                                           \
+  /* [T,K] x W[N,K] -> [T,N]  (PyTorch Linear layout, no bias) */                                                 \
+  X(Linear, "Linear")                                                                                             \
+  /* [T,D] + [T,D] -> [T,D] */                                                                                    \
+  X(Add, "Add")                                                                                                   \
+  /* [T,H*hd], positions[T] i32, cos,sin[L,hd/2] -> [T,H*hd]; attr head_dim (rotate-half) */                      \
+  X(Rope, "Rope")                                                                                                 \
+  /* q[T,Hq*hd], k,v[T,Hkv*hd], positions[T], slots[T], kcache, vcache -> [T,Hq*hd] */                            \
+  X(CachedAttention, "CachedAttention")                                                                           \
+  /* x[T,D], gate[E,D], per expert: w_up[F,D] (w_gate[F,D]) w_down[D,F] -> [T,D]; attrs n_experts, top_k, swiglu, \
+   * dense */                                                                                                     \
+  X(Moe, "Moe")                                                                                                   \
+  /* x[T,D], rows[R] i32 -> [R,D]  (select the rows whose logits are needed) */                                   \
   X(GatherRows, "GatherRows")
 
 namespace k3::ir {

@@ -20,16 +20,19 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
   if (o.ctx_len < 1 || o.ctx_len > c.max_seq_len)
     return invalid_argument("context size " + std::to_string(o.ctx_len) + " must be between 1 and max_seq_len " +
                             std::to_string(c.max_seq_len));
-  if (o.prefill_chunk < 1 || o.prefill_chunk > 8192) return invalid_argument("prefill chunk must be between 1 and 8192");
+  if (o.prefill_chunk < 1 || o.prefill_chunk > 8192)
+    return invalid_argument("prefill chunk must be between 1 and 8192");
   o.prefill_chunk = std::max(o.prefill_chunk, o.max_batch);
   e->options_ = o;
   e->kt_ = o.kernels != nullptr ? o.kernels : &kernels::best_table();
   e->pool_ = std::make_unique<ThreadPool>(o.threads);
   K3_RETURN_IF_ERROR(e->cache_.allocate({c.n_layers, o.max_batch, c.n_kv_heads, o.ctx_len, c.head_dim}));
 
-  K3_ASSIGN_OR_RETURN(ir::Graph dg, build_graph(*e->checkpoint_, {o.max_batch, o.max_batch, o.max_batch, o.ctx_len}));
+  K3_ASSIGN_OR_RETURN(ir::Graph dg,
+                      build_graph(*e->checkpoint_, {o.max_batch, o.max_batch, o.max_batch, o.ctx_len}, {o.moe_dense}));
   K3_ASSIGN_OR_RETURN(e->decode_, Plan::build(std::move(dg), e->cache_));
-  K3_ASSIGN_OR_RETURN(ir::Graph pg, build_graph(*e->checkpoint_, {o.prefill_chunk, o.max_batch, o.max_batch, o.ctx_len}));
+  K3_ASSIGN_OR_RETURN(ir::Graph pg, build_graph(*e->checkpoint_, {o.prefill_chunk, o.max_batch, o.max_batch, o.ctx_len},
+                                                {o.moe_dense}));
   K3_ASSIGN_OR_RETURN(e->prefill_, Plan::build(std::move(pg), e->cache_));
   if (!e->arena_.allocate(std::max(e->decode_.arena_bytes(), e->prefill_.arena_bytes())))
     return out_of_range("cannot allocate the activation arena");
@@ -41,7 +44,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, con
 Status Engine::check_step(const StepInputs& in) const {
   const ModelConfig& c = config();
   if (in.n_tokens < 1 || in.n_tokens > prefill_.max_tokens())
-    return invalid_argument("step has " + std::to_string(in.n_tokens) + " tokens; must be 1.." + std::to_string(prefill_.max_tokens()));
+    return invalid_argument("step has " + std::to_string(in.n_tokens) + " tokens; must be 1.." +
+                            std::to_string(prefill_.max_tokens()));
   if (in.n_out_rows < 0 || in.n_out_rows > options_.max_batch || in.n_out_rows > in.n_tokens)
     return invalid_argument("step asks for " + std::to_string(in.n_out_rows) + " logit rows");
   for (int64_t i = 0; i < in.n_tokens; ++i) {

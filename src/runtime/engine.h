@@ -18,11 +18,12 @@
 namespace k3::runtime {
 
 struct EngineOptions {
-  int threads = 0;              // 0 = all cores
-  int64_t max_batch = 1;        // KV slots = sequences decoded together
-  int64_t ctx_len = 0;          // positions per slot; 0 = the model's max_seq_len
-  int64_t prefill_chunk = 128;  // tokens per prefill step
-  bool reference = false;       // run the scalar reference ops (testing)
+  int threads = 0;                                // 0 = all cores
+  int64_t max_batch = 1;                          // KV slots = sequences decoded together
+  int64_t ctx_len = 0;                            // positions per slot; 0 = the model's max_seq_len
+  int64_t prefill_chunk = 128;                    // tokens per prefill step
+  bool reference = false;                         // run the scalar reference ops (testing)
+  bool moe_dense = false;                         // the article's dense one-hot-mask MoE (for measurement)
   const kernels::KernelTable* kernels = nullptr;  // nullptr = best for this CPU
 };
 

@@ -84,7 +84,7 @@ void test_CachedAttention() {
   t.check(4, 0, kTol);
 }
 
-void moe_case(bool swiglu, bool tied_gate) {
+void moe_case(bool swiglu, bool tied_gate, bool dense = false) {
   OpTester t;
   const int64_t e = 4, d = 32, f = 24;
   int x = t.f32("x", {6, d}, RowDim::kTokens);
@@ -108,7 +108,10 @@ void moe_case(bool swiglu, bool tied_gate) {
     if (swiglu) in.push_back(t.f32("gate" + std::to_string(i), {f, d}));
     in.push_back(t.f32("down" + std::to_string(i), {d, f}));
   }
-  t.node(OpKind::kMoe, in, {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}});
+  // The reference always computes only the chosen experts, so the dense
+  // (article) variant is checked against the same oracle.
+  t.node(OpKind::kMoe, in,
+         {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}, {"dense", int64_t{dense}}});
   t.check(5, 0, kTol);
   t.check(1, 0, kTol, 1);  // decode shape, one thread
 }
@@ -117,6 +120,8 @@ void test_Moe() {
   moe_case(false, false);
   moe_case(true, false);
   moe_case(false, true);
+  moe_case(false, false, /*dense=*/true);
+  moe_case(true, false, /*dense=*/true);
 }
 
 void test_GatherRows() {
@@ -127,8 +132,10 @@ void test_GatherRows() {
   t.check(5, 2, 0.0f);
 }
 
-#define K3_OP_TEST(e, name) \
-  TEST(OpsFastVsReference, e) { test_##e(); }
+#define K3_OP_TEST(e, name)     \
+  TEST(OpsFastVsReference, e) { \
+    test_##e();                 \
+  }
 K3_OP_LIST(K3_OP_TEST)
 #undef K3_OP_TEST
 

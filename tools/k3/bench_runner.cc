@@ -33,24 +33,31 @@ class ByteCounter : public runtime::StepHooks {
   void after_call(size_t, const runtime::OpCall& call) override {
     const ir::Node& n = *call.node;
     switch (n.op) {
-      case ir::OpKind::kLinear: bytes_ += static_cast<double>(call.in[1].value->bytes()); break;
+      case ir::OpKind::kLinear:
+        bytes_ += static_cast<double>(call.in[1].value->bytes());
+        break;
       case ir::OpKind::kLayerNorm:
       case ir::OpKind::kRmsNorm:
         for (size_t i = 1; i < n.inputs.size(); ++i) bytes_ += static_cast<double>(call.in[i].value->bytes());
         break;
-      case ir::OpKind::kEmbedding: bytes_ += static_cast<double>(call.out[0].rows * call.out[0].cols() * 4); break;
+      case ir::OpKind::kEmbedding:
+        bytes_ += static_cast<double>(call.out[0].rows * call.out[0].cols() * 4);
+        break;
       case ir::OpKind::kMoe: {
         const double expert = static_cast<double>(c_.expert_matrices() * c_.d_model * c_.d_ff * 4);
-        bytes_ += static_cast<double>(call.in[1].value->bytes()) + expert * static_cast<double>(runtime::moe_active_experts(call));
+        bytes_ += static_cast<double>(call.in[1].value->bytes()) +
+                  expert * static_cast<double>(runtime::moe_active_experts(call));
         break;
       }
       case ir::OpKind::kCachedAttention: {
         // K and V rows 0..p of each token's slot.
         const int64_t row = c_.n_kv_heads * c_.head_dim * 4;
-        for (int64_t t = 0; t < call.in[3].rows; ++t) bytes_ += 2.0 * static_cast<double>((call.in[3].i32()[t] + 1) * row);
+        for (int64_t t = 0; t < call.in[3].rows; ++t)
+          bytes_ += 2.0 * static_cast<double>((call.in[3].i32()[t] + 1) * row);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   double take() {
@@ -88,6 +95,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
     eo.max_batch = max_batch;
     eo.ctx_len = s.prompt_len + s.gen_len;
     eo.prefill_chunk = std::min<int64_t>(s.prompt_len, 512);
+    eo.moe_dense = m < s.moe_dense.size() && s.moe_dense[m];
     const auto t0 = std::chrono::steady_clock::now();
     auto e = Engine::load(s.models[m], eo);
     if (!e.ok()) return e.status().with_context(s.models[m]);
@@ -104,7 +112,8 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
     Rng rng(1234);
     const int64_t vocab = loaded[0].engine->config().vocab_size;
     for (auto& p : prompts)
-      for (int64_t i = 0; i < s.prompt_len; ++i) p.push_back(static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab)));
+      for (int64_t i = 0; i < s.prompt_len; ++i)
+        p.push_back(static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab)));
 
     struct Samples {
       std::vector<double> ttft, step, total, tps, dtps, rps, gbps, bytes, allocs;

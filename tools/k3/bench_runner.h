@@ -14,6 +14,7 @@ namespace k3::cli {
 struct BenchSettings {
   std::vector<std::string> models;  // one or more (compare)
   std::vector<std::string> labels;  // same length as models
+  std::vector<bool> moe_dense;      // same length as models: run the article's dense MoE
   std::vector<int64_t> batches{1};
   int64_t prompt_len = 128;
   int64_t gen_len = 128;
@@ -38,10 +39,10 @@ struct BenchPoint {
   Stat tokens_per_s;        // generated tokens / total time
   Stat decode_tokens_per_s;
   Stat requests_per_s;
-  Stat decode_gb_per_s;          // bytes actually read per step / step time
-  double bytes_per_step = 0;     // weights (routed experts only) + KV, mean over steps
-  double read_fraction = 0;      // decode_gb_per_s.median / machine read bandwidth (0 = unknown)
-  double first_ttft_ms = -1;     // first request after load (first batch size only; -1 otherwise)
+  Stat decode_gb_per_s;       // bytes actually read per step / step time
+  double bytes_per_step = 0;  // weights (routed experts only) + KV, mean over steps
+  double read_fraction = 0;   // decode_gb_per_s.median / machine read bandwidth (0 = unknown)
+  double first_ttft_ms = -1;  // first request after load (first batch size only; -1 otherwise)
   double first_decode_ms_per_step = -1;
   double allocations_per_step = -1;  // -1 = not counted
   double load_ms = 0;

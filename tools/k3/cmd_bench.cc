@@ -23,6 +23,7 @@ struct BenchFlags {
   int64_t seed = 1;
   std::string json, markdown, plot;
   bool no_sysinfo = false;
+  bool compare_moe = false;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -46,6 +47,8 @@ int run(const BenchFlags& f) {
   if (!f.compare.empty()) {
     s.models = split(f.compare);
     if (s.models.size() < 2) return report(invalid_argument("--compare needs at least two models, comma-separated"));
+  } else if (!f.model.empty() && f.compare_moe) {
+    s.models = {f.model, f.model};
   } else if (!f.model.empty()) {
     s.models = {f.model};
   } else {
@@ -55,6 +58,11 @@ int run(const BenchFlags& f) {
     std::string label = m;
     while (label.size() > 1 && label.back() == '/') label.pop_back();
     s.labels.push_back(label.substr(label.find_last_of('/') == std::string::npos ? 0 : label.find_last_of('/') + 1));
+  }
+  if (f.compare_moe) {
+    if (!f.compare.empty()) return report(invalid_argument("--compare-moe takes one --model, not --compare"));
+    s.labels = {"routed-moe", "dense-moe"};
+    s.moe_dense = {false, true};
   }
   for (const auto& b : split(f.batches)) {
     auto ids = parse_id_list(b);
@@ -77,8 +85,10 @@ int run(const BenchFlags& f) {
   if (!f.no_sysinfo) {
     const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     auto si = profile::load_or_measure_sysinfo(threads, false);
-    if (si.ok()) s.read_gb_per_s = si->best_read_gb_per_s(threads);
-    else std::fprintf(stderr, "k3: warning: no machine limits (%s)\n", si.status().message().c_str());
+    if (si.ok())
+      s.read_gb_per_s = si->best_read_gb_per_s(threads);
+    else
+      std::fprintf(stderr, "k3: warning: no machine limits (%s)\n", si.status().message().c_str());
   }
   auto r = run_bench(s);
   if (!r.ok()) return report(r.status());
@@ -100,22 +110,30 @@ int run(const BenchFlags& f) {
 
 Registered add_bench(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
-  CLI::App* sub = app.add_subcommand("bench", "Benchmark generation: TTFT, decode latency, throughput, bandwidth, as medians");
+  CLI::App* sub =
+      app.add_subcommand("bench", "Benchmark generation: TTFT, decode latency, throughput, bandwidth, as medians");
   sub->add_option("-m,--model", f->model, "Model to benchmark (checkpoint directory)");
-  sub->add_option("--compare", f->compare, "Several models, comma-separated, measured run by run interleaved; ratios vs the first");
+  sub->add_option("--compare", f->compare,
+                  "Several models, comma-separated, measured run by run interleaved; ratios vs the first");
   sub->add_option("-b,--batch", f->batches, "Batch sizes, comma-separated (e.g. 1,4,8)");
-  sub->add_option("-p,--prompt-len", f->prompt_len, "Prompt tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  sub->add_option("-n,--gen-len", f->gen_len, "Generated tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("-p,--prompt-len", f->prompt_len, "Prompt tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("-n,--gen-len", f->gen_len, "Generated tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("-r,--repeat", f->repeat, "Measured runs per configuration")->check(CLI::Range(1, 1000));
   sub->add_option("--warmup", f->warmup, "Unmeasured runs first")->check(CLI::Range(0, 100));
   sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
-  sub->add_option("--temp,--temperature", f->temperature, "Sampling temperature (article: 0.8)")->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--temp,--temperature", f->temperature, "Sampling temperature (article: 0.8)")
+      ->check(CLI::Range(0.0f, 100.0f));
   sub->add_option("--top-p", f->top_p, "Nucleus mass (article: 0.95)")->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--top-k", f->top_k, "Top-k; 0 = off")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   sub->add_option("-s,--seed", f->seed, "Base seed (run r uses seed + r)")->check(CLI::Range(int64_t{0}, INT64_MAX));
   sub->add_option("--json", f->json, "Also write the results as JSON to this file");
   sub->add_option("--markdown", f->markdown, "Also write the table as Markdown to this file");
   sub->add_option("--plot", f->plot, "Also write an SVG plot (latency and throughput against batch size)");
+  sub->add_flag(
+      "--compare-moe", f->compare_moe,
+      "Compare the routed MoE (only chosen experts run) with the article's dense one-hot-mask MoE on --model");
   sub->add_flag("--no-sysinfo", f->no_sysinfo, "Do not measure/read machine limits (no bandwidth fraction)");
   return {sub, [f]() { return run(*f); }};
 }

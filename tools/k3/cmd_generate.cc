@@ -30,6 +30,7 @@ struct GenerateFlags {
   std::string dump_logits;
   std::string dump_tensors;
   bool reference = false;
+  bool moe_dense = false;
   bool json = false;
 };
 
@@ -60,7 +61,8 @@ int run_generate(const GenerateFlags& f) {
   auto prompts = read_prompts(f);
   if (!prompts.ok()) return report(prompts.status());
   if (!f.dump_tensors.empty() && prompts->size() != 1)
-    return report(invalid_argument("--dump-tensors needs exactly one prompt (got " + std::to_string(prompts->size()) + ")"));
+    return report(
+        invalid_argument("--dump-tensors needs exactly one prompt (got " + std::to_string(prompts->size()) + ")"));
   runtime::EngineOptions eo;
   eo.threads = f.threads;
   eo.max_batch = static_cast<int64_t>(prompts->size());
@@ -70,8 +72,11 @@ int run_generate(const GenerateFlags& f) {
   if (!f.dump_tensors.empty())
     eo.prefill_chunk = std::max<int64_t>(eo.prefill_chunk, static_cast<int64_t>(prompts->front().size()));
   eo.reference = f.reference;
+  eo.moe_dense = f.moe_dense;
   if (!f.isa.empty()) {
-    kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar : f.isa == "avx2" ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512;
+    kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar
+                       : f.isa == "avx2" ? kernels::Isa::kAvx2
+                                         : kernels::Isa::kAvx512;
     eo.kernels = kernels::table_for(isa);
     if (eo.kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
   }
@@ -145,22 +150,32 @@ int run_generate(const GenerateFlags& f) {
 Registered add_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* sub = app.add_subcommand("generate", "Generate tokens from prompts given as token ids");
-  sub->add_option("-m,--model", f->model, "Model: a checkpoint directory (config.json + model.safetensors)")->required();
-  sub->add_option("--prompt-ids", f->prompt_ids, "Prompt as comma-separated token ids; repeat for several prompts (decoded together)");
+  sub->add_option("-m,--model", f->model, "Model: a checkpoint directory (config.json + model.safetensors)")
+      ->required();
+  sub->add_option("--prompt-ids", f->prompt_ids,
+                  "Prompt as comma-separated token ids; repeat for several prompts (decoded together)");
   sub->add_option("--prompt-ids-file", f->prompt_ids_file, "File with one prompt per line (comma-separated ids)");
-  sub->add_option("-n,--max-new-tokens", f->max_new_tokens, "Tokens to generate per prompt")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  sub->add_option("--temp,--temperature", f->temperature, "Sampling temperature; 0 = greedy")->check(CLI::Range(0.0f, 100.0f));
-  sub->add_option("--top-k", f->top_k, "Keep the k most likely tokens; 0 = all")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  sub->add_option("-n,--max-new-tokens", f->max_new_tokens, "Tokens to generate per prompt")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  sub->add_option("--temp,--temperature", f->temperature, "Sampling temperature; 0 = greedy")
+      ->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--top-k", f->top_k, "Keep the k most likely tokens; 0 = all")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   sub->add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1]; 1 = off")->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("-s,--seed", f->seed, "Random seed; -1 = random (the seed used is printed with --json)")
       ->check(CLI::Range(int64_t{-1}, INT64_MAX));
   sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
   sub->add_option("-c,--ctx-size", f->ctx_size, "KV cache positions per sequence; 0 = the model's max_seq_len")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")->check(CLI::Range(int64_t{1}, int64_t{8192}));
-  sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")
+      ->check(CLI::Range(int64_t{1}, int64_t{8192}));
+  sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  sub->add_flag("--moe-dense", f->moe_dense,
+                "Run the article's dense MoE (every expert on every token, masked); for measuring");
   sub->add_flag("--reference", f->reference, "Run the scalar reference ops (slow; for checking)");
-  sub->add_option("--dump-logits", f->dump_logits, "Write the logits of every generated step to a float32 .npy [1, steps, vocab]");
+  sub->add_option("--dump-logits", f->dump_logits,
+                  "Write the logits of every generated step to a float32 .npy [1, steps, vocab]");
   sub->add_option("--dump-tensors", f->dump_tensors,
                   "Write every node's output of the prefill step and of one greedy decode step as .npy files under "
                   "DIR/step0, DIR/step1 (one prompt; see docs/debugging.md)");

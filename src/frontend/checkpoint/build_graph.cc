@@ -28,7 +28,8 @@ class Builder {
     const ModelConfig& c = ck_.config();
     std::vector<Attr> attrs{{"eps", c.norm_eps}};
     if (c.norm_type == NormType::kLayerNorm)
-      return node(OpKind::kLayerNorm, prefix, {x, weight(prefix + ".weight", {c.d_model}), weight(prefix + ".bias", {c.d_model})}, attrs);
+      return node(OpKind::kLayerNorm, prefix,
+                  {x, weight(prefix + ".weight", {c.d_model}), weight(prefix + ".bias", {c.d_model})}, attrs);
     return node(OpKind::kRmsNorm, prefix, {x, weight(prefix + ".weight", {c.d_model})}, attrs);
   }
 
@@ -39,7 +40,7 @@ class Builder {
 
 }  // namespace
 
-StatusOr<ir::Graph> build_graph(const Checkpoint& ck, const StepShape& s) {
+StatusOr<ir::Graph> build_graph(const Checkpoint& ck, const StepShape& s, const BuildOptions& options) {
   const ModelConfig& c = ck.config();
   if (s.max_tokens < 1 || s.max_out_rows < 1 || s.n_slots < 1 || s.ctx_len < 1 || s.ctx_len > c.max_seq_len)
     return invalid_argument("invalid step shape for graph construction");
@@ -68,21 +69,29 @@ StatusOr<ir::Graph> build_graph(const Checkpoint& ck, const StepShape& s) {
   const int rope_sin = g.add_weight("rope.sin", DType::kF32, {s.ctx_len, half}, sin_t.get());
 
   const std::vector<Attr> rope_attrs{{"head_dim", hd}};
-  K3_ASSIGN_OR_RETURN(int h, b.node(OpKind::kEmbedding, "embed", {b.weight("tok_embeddings.weight", {c.vocab_size, d}), tokens}));
+  K3_ASSIGN_OR_RETURN(
+      int h, b.node(OpKind::kEmbedding, "embed", {b.weight("tok_embeddings.weight", {c.vocab_size, d}), tokens}));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     K3_ASSIGN_OR_RETURN(int a, b.norm(p + "attn_norm", h));
-    K3_ASSIGN_OR_RETURN(int q, b.node(OpKind::kLinear, p + "attn.wq", {a, b.weight(p + "attn.wq.weight", {c.n_heads * hd, d})}));
-    K3_ASSIGN_OR_RETURN(int k, b.node(OpKind::kLinear, p + "attn.wk", {a, b.weight(p + "attn.wk.weight", {c.n_kv_heads * hd, d})}));
-    K3_ASSIGN_OR_RETURN(int v, b.node(OpKind::kLinear, p + "attn.wv", {a, b.weight(p + "attn.wv.weight", {c.n_kv_heads * hd, d})}));
-    K3_ASSIGN_OR_RETURN(int qr, b.node(OpKind::kRope, p + "attn.rope_q", {q, positions, rope_cos, rope_sin}, rope_attrs));
-    K3_ASSIGN_OR_RETURN(int kr, b.node(OpKind::kRope, p + "attn.rope_k", {k, positions, rope_cos, rope_sin}, rope_attrs));
+    K3_ASSIGN_OR_RETURN(
+        int q, b.node(OpKind::kLinear, p + "attn.wq", {a, b.weight(p + "attn.wq.weight", {c.n_heads * hd, d})}));
+    K3_ASSIGN_OR_RETURN(
+        int k, b.node(OpKind::kLinear, p + "attn.wk", {a, b.weight(p + "attn.wk.weight", {c.n_kv_heads * hd, d})}));
+    K3_ASSIGN_OR_RETURN(
+        int v, b.node(OpKind::kLinear, p + "attn.wv", {a, b.weight(p + "attn.wv.weight", {c.n_kv_heads * hd, d})}));
+    K3_ASSIGN_OR_RETURN(int qr,
+                        b.node(OpKind::kRope, p + "attn.rope_q", {q, positions, rope_cos, rope_sin}, rope_attrs));
+    K3_ASSIGN_OR_RETURN(int kr,
+                        b.node(OpKind::kRope, p + "attn.rope_k", {k, positions, rope_cos, rope_sin}, rope_attrs));
     const std::vector<int64_t> cache_shape{s.n_slots, c.n_kv_heads, s.ctx_len, hd};
     const int kc = g.add_state(p + "k_cache", DType::kF32, cache_shape);
     const int vc = g.add_state(p + "v_cache", DType::kF32, cache_shape);
-    K3_ASSIGN_OR_RETURN(int att, b.node(OpKind::kCachedAttention, p + "attn.attention", {qr, kr, v, positions, slots, kc, vc},
-                                        {{"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", hd}, {"layer", l}}));
-    K3_ASSIGN_OR_RETURN(int o, b.node(OpKind::kLinear, p + "attn.wo", {att, b.weight(p + "attn.wo.weight", {d, c.n_heads * hd})}));
+    K3_ASSIGN_OR_RETURN(int att,
+                        b.node(OpKind::kCachedAttention, p + "attn.attention", {qr, kr, v, positions, slots, kc, vc},
+                               {{"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", hd}, {"layer", l}}));
+    K3_ASSIGN_OR_RETURN(
+        int o, b.node(OpKind::kLinear, p + "attn.wo", {att, b.weight(p + "attn.wo.weight", {d, c.n_heads * hd})}));
     K3_ASSIGN_OR_RETURN(h, b.node(OpKind::kAdd, p + "attn.residual", {h, o}));
     K3_ASSIGN_OR_RETURN(int m, b.norm(p + "moe_norm", h));
     std::vector<int> moe_in{m, b.weight(p + "moe.gate.weight", {c.n_experts, d})};
@@ -93,8 +102,10 @@ StatusOr<ir::Graph> build_graph(const Checkpoint& ck, const StepShape& s) {
       moe_in.push_back(b.weight(pe + "w_down.weight", {d, c.d_ff}));
     }
     K3_ASSIGN_OR_RETURN(int y, b.node(OpKind::kMoe, p + "moe", moe_in,
-                                      {{"n_experts", c.n_experts}, {"top_k", c.top_k},
-                                       {"swiglu", int64_t{c.expert_type == ExpertType::kSwiglu}}}));
+                                      {{"n_experts", c.n_experts},
+                                       {"top_k", c.top_k},
+                                       {"swiglu", int64_t{c.expert_type == ExpertType::kSwiglu}},
+                                       {"dense", int64_t{options.moe_dense}}}));
     K3_ASSIGN_OR_RETURN(h, b.node(OpKind::kAdd, p + "moe.residual", {h, y}));
   }
   // Only the rows whose logits are needed go through the final norm and the

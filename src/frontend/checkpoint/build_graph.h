@@ -15,8 +15,15 @@ struct StepShape {
   int64_t ctx_len = 0;       // positions per slot (<= max_seq_len)
 };
 
+struct BuildOptions {
+  // The article's MoE: every expert computes every token and the unchosen
+  // ones are masked to weight 0. Reads all experts' weights each step; kept
+  // to measure against the default (only the routed experts run).
+  bool moe_dense = false;
+};
+
 // Graph inputs: "tokens", "positions", "slots" [T] i32 and "out_rows" [R] i32;
 // state: "layers.{l}.k_cache"/"v_cache" [S, Hkv, ctx, hd]; output "logits" [R, V].
-StatusOr<ir::Graph> build_graph(const Checkpoint& ck, const StepShape& shape);
+StatusOr<ir::Graph> build_graph(const Checkpoint& ck, const StepShape& shape, const BuildOptions& options = {});
 
 }  // namespace k3

@@ -31,17 +31,17 @@ MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool
     return at;
   };
   const uint64_t tk = static_cast<uint64_t>(t * k);
-  l.logits = take(static_cast<uint64_t>(t * e) * 4);    // [T, E] gate logits
-  l.sel = take(tk * 4);                                  // [T, K] chosen expert ids
-  l.wts = take(tk * 4);                                  // [T, K] routing weights
-  l.count = take(static_cast<uint64_t>(e) * 4);          // [E] entries per expert
-  l.offs = take(static_cast<uint64_t>(e + 1) * 4);       // [E+1] first entry per expert
-  l.slot_of = take(tk * 4);                              // [T*K] entry -> row in grouped order
-  l.order = take(tk * 4);                                // [T*K] grouped row -> token
-  l.xg = take(tk * static_cast<uint64_t>(d) * 4);        // [T*K, D] inputs grouped by expert
-  l.hbuf = take(tk * static_cast<uint64_t>(f) * 4);      // [T*K, F] hidden
+  l.logits = take(static_cast<uint64_t>(t * e) * 4);                   // [T, E] gate logits
+  l.sel = take(tk * 4);                                                // [T, K] chosen expert ids
+  l.wts = take(tk * 4);                                                // [T, K] routing weights
+  l.count = take(static_cast<uint64_t>(e) * 4);                        // [E] entries per expert
+  l.offs = take(static_cast<uint64_t>(e + 1) * 4);                     // [E+1] first entry per expert
+  l.slot_of = take(tk * 4);                                            // [T*K] entry -> row in grouped order
+  l.order = take(tk * 4);                                              // [T*K] grouped row -> token
+  l.xg = take(tk * static_cast<uint64_t>(d) * 4);                      // [T*K, D] inputs grouped by expert
+  l.hbuf = take(tk * static_cast<uint64_t>(f) * 4);                    // [T*K, F] hidden
   l.gbuf = swiglu ? take(tk * static_cast<uint64_t>(f) * 4) : l.hbuf;  // [T*K, F] gate branch
-  l.ybuf = take(tk * static_cast<uint64_t>(d) * 4);      // [T*K, D] expert outputs
+  l.ybuf = take(tk * static_cast<uint64_t>(d) * 4);                    // [T*K, D] expert outputs
   l.total = off;
   return l;
 }
@@ -51,14 +51,48 @@ T* at(void* ws, uint64_t off) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(ws) + off);
 }
 
+// The article's formulation: every expert computes every token; a token's
+// output adds each expert's result times its routing weight, 0 for experts
+// not chosen (the one-hot mask). Same routing, same result up to summation
+// order, but all n_experts experts' weights are read every step.
+void run_dense(const OpCall& c, const float* x, int64_t rows, int64_t d, int64_t f, int64_t n_exp, int64_t k,
+               int64_t per, bool swiglu, const int32_t* sel, const float* wts, float* hbuf, float* gbuf, float* ybuf) {
+  float* out = c.out[0].f32();
+  std::memset(out, 0, static_cast<size_t>(rows * d) * 4);
+  for (int64_t ex = 0; ex < n_exp; ++ex) {
+    const TensorArg* w = c.in + 2 + ex * per;
+    c.pool->parallel_for(f, 16, [&](int64_t b, int64_t e) {
+      c.kt->gemm_nt(rows, b, e, d, x, d, w[0].f32(), d, hbuf, f);
+      if (swiglu) c.kt->gemm_nt(rows, b, e, d, x, d, w[1].f32(), d, gbuf, f);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* h = hbuf + r * f + b;
+        if (swiglu)
+          c.kt->silu_mul(gbuf + r * f + b, h, e - b, h);
+        else
+          c.kt->gelu(h, e - b, h);
+      }
+    });
+    c.pool->parallel_for(
+        d, 16, [&](int64_t b, int64_t e) { c.kt->gemm_nt(rows, b, e, f, hbuf, f, w[per - 1].f32(), f, ybuf, d); });
+    for (int64_t t = 0; t < rows; ++t) {
+      float mask_weight = 0.0f;
+      for (int64_t j = 0; j < k; ++j)
+        if (sel[t * k + j] == ex) mask_weight = wts[t * k + j];
+      c.kt->axpy(mask_weight, ybuf + t * d, d, out + t * d);
+    }
+  }
+}
+
 }  // namespace
 
-uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff, bool swiglu) {
+uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,
+                             bool swiglu) {
   return moe_layout(max_rows, n_experts, top_k, d_model, d_ff, swiglu).total;
 }
 
 int64_t moe_active_experts(const OpCall& c) {
   const int64_t n_exp = c.node->attr_int("n_experts");
+  if (c.node->attr_int("dense") != 0) return n_exp;  // every expert runs
   const MoeLayout l = moe_layout(c.in[0].dim(0), n_exp, c.node->attr_int("top_k"), c.in[0].cols(), c.in[2].dim(0),
                                  c.node->attr_int("swiglu") != 0);
   const int32_t* offs = at<int32_t>(c.workspace, l.offs);
@@ -109,6 +143,11 @@ void run_Moe(const OpCall& c) {
     for (int64_t j = 0; j < k; ++j) wts[t * k + j] /= sum;
   }
 
+  if (c.node->attr_int("dense") != 0) {
+    run_dense(c, x, rows, d, f, n_exp, k, per, swiglu, sel, wts, hbuf, gbuf, ybuf);
+    return;
+  }
+
   // 3. Group entries by expert (counting sort) and gather their input rows.
   offs[0] = 0;
   for (int64_t e = 0; e < n_exp; ++e) offs[e + 1] = offs[e] + count[e];
@@ -133,8 +172,10 @@ void run_Moe(const OpCall& c) {
       if (swiglu) c.kt->gemm_nt(cnt, b, e, d, xg + r0 * d, d, w[1].f32(), d, gbuf + r0 * f, f);
       for (int64_t r = r0; r < r0 + cnt; ++r) {
         float* h = hbuf + r * f + b;
-        if (swiglu) c.kt->silu_mul(gbuf + r * f + b, h, e - b, h);
-        else c.kt->gelu(h, e - b, h);
+        if (swiglu)
+          c.kt->silu_mul(gbuf + r * f + b, h, e - b, h);
+        else
+          c.kt->gelu(h, e - b, h);
       }
     }
   });
@@ -153,7 +194,8 @@ void run_Moe(const OpCall& c) {
   for (int64_t t = 0; t < rows; ++t) {
     float* o = out + t * d;
     std::memset(o, 0, static_cast<size_t>(d) * 4);
-    for (int64_t j = 0; j < k; ++j) c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d, d, o);
+    for (int64_t j = 0; j < k; ++j)
+      c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d, d, o);
   }
   (void)order;
 }
