@@ -1,5 +1,6 @@
-// Kernel microbenchmarks: gemm_nt at decode (M = 1..8) and prefill (M = 128)
-// shapes and attend at two cache lengths, for every ISA this CPU runs.
+// Kernel microbenchmarks: gemm_nt (f32 and bf16 weights) at decode (M = 1..8)
+// and prefill (M = 128) shapes and attend at two cache lengths, for every ISA
+// this CPU runs.
 // bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
 // the quantity that bounds decode speed; FLOP/s is 2*M*N*K per gemm call.
 //
@@ -9,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,8 +31,7 @@ std::vector<float> random_vec(int64_t n) {
 }
 
 // C[M, N] = A[M, K] . W[N, K]^T over `copies` distinct W matrices in turn.
-void bm_gemm(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K,
-             int64_t copies) {
+void bm_gemm(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies) {
   const auto A = random_vec(M * K);
   const auto W = random_vec(copies * N * K);
   std::vector<float> C(static_cast<size_t>(M * N));
@@ -42,8 +43,31 @@ void bm_gemm(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * N * K * static_cast<int64_t>(sizeof(float)));
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(M * N * K),
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// As bm_gemm with bf16 weights (half the bytes streamed per call).
+void bm_gemm_bf16(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies) {
+  const auto A = random_vec(M * K);
+  const auto Wf = random_vec(copies * N * K);
+  std::vector<uint16_t> W(Wf.size());
+  for (size_t i = 0; i < W.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &Wf[i], 4);
+    W[i] = static_cast<uint16_t>(u >> 16);
+  }
+  std::vector<float> C(static_cast<size_t>(M * N));
+  int64_t i = 0;
+  for (auto _ : state) {
+    const uint16_t* w = W.data() + (i++ % copies) * N * K;
+    t->gemm_nt_bf16(M, 0, N, K, A.data(), K, w, K, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * N * K * static_cast<int64_t>(sizeof(uint16_t)));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // One query head over a [len, hd] K/V cache.
@@ -57,8 +81,8 @@ void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * 2 * len * hd * static_cast<int64_t>(sizeof(float)));
-  state.counters["FLOP/s"] = benchmark::Counter(4.0 * static_cast<double>(len * hd),
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(4.0 * static_cast<double>(len * hd), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 struct GemmShape {
@@ -76,19 +100,18 @@ int main(int argc, char** argv) {
     if (t == nullptr) continue;
     const std::string prefix(k3::kernels::isa_name(isa));
     for (const GemmShape& s : shapes) {
-      const std::string shape =
-          "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
-      benchmark::RegisterBenchmark((prefix + "/gemm_nt_hot" + shape).c_str(), bm_gemm, t, s.M, s.N,
-                                   s.K, int64_t{1});
+      const std::string shape = "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_hot" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, int64_t{1});
       if (s.M <= 8) {
         const int64_t copies = kStreamBytes / (s.N * s.K * 4) + 1;
-        benchmark::RegisterBenchmark((prefix + "/gemm_nt_stream" + shape).c_str(), bm_gemm, t, s.M,
-                                     s.N, s.K, copies);
+        benchmark::RegisterBenchmark((prefix + "/gemm_nt_stream" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, copies);
+        benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_stream" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
+                                     copies * 2);
       }
     }
     for (int64_t len : {128, 1024}) {
-      benchmark::RegisterBenchmark((prefix + "/attend/len" + std::to_string(len) + "_hd64").c_str(),
-                                   bm_attend, t, len, int64_t{64});
+      benchmark::RegisterBenchmark((prefix + "/attend/len" + std::to_string(len) + "_hd64").c_str(), bm_attend, t, len,
+                                   int64_t{64});
     }
   }
   benchmark::Initialize(&argc, argv);

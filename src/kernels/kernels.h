@@ -26,8 +26,15 @@ struct KernelTable {
   // C[m, n] is computed with the same summation order whatever M, n0, n1 are,
   // so a row's result does not depend on which other rows share the call
   // (batched decode == unbatched decode, bit for bit).
-  void (*gemm_nt)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-                  const float* W, int64_t ldw, float* C, int64_t ldc);
+  void (*gemm_nt)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W,
+                  int64_t ldw, float* C, int64_t ldc);
+
+  // gemm_nt with W stored as bf16 (uint16_t bit patterns), widened exactly to
+  // f32 on load; f32 accumulation, same contract (summation order fixed per
+  // element). Half the bytes of W per call: the decode GEMVs are bound by
+  // reading W, so this is the bf16 weight path.
+  void (*gemm_nt_bf16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                       int64_t ldw, float* C, int64_t ldc);
 
   // y[n] = (x - mean) / sqrt(var + eps) * w + b   (biased variance), one row.
   void (*layernorm)(const float* x, const float* w, const float* b, float eps, int64_t n, float* y);
@@ -46,8 +53,8 @@ struct KernelTable {
   //   s[j] = scale * dot(q, K[j]),  p = softmax(s),  out = sum_j p[j] * V[j]
   // q: [hd]; K, V: [len, hd] with row stride `stride` floats; out: [hd].
   // Single pass with an online softmax (no scratch, no allocation).
-  void (*attend)(const float* q, const float* k, const float* v, int64_t len, int64_t hd,
-                 int64_t stride, float scale, float* out);
+  void (*attend)(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                 float* out);
 };
 
 // The scalar reference table (always available).

@@ -6,6 +6,7 @@
 //
 // Tolerances (u = 2^-24 ~ 6e-8, float rounding):
 //   gemm_nt     |c - ref| <= 1e-5 * sqrt(K) * sum_k |a_k * w_k|   (order of summation differs)
+//   gemm_nt_bf16 bit-exact vs the same table's gemm_nt on the widened weights
 //   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
 //   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
 //   add         bit-exact; axpy |y - ref| <= 1e-6 * max(1, |ref|) (fma vs mul + add)
@@ -28,7 +29,9 @@ namespace k3::kernels {
 
 // Lets gtest print a failing parameter as "avx512" instead of raw bytes
 // (found by ADL, so it lives in Isa's namespace).
-void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+void PrintTo(Isa isa, std::ostream* os) {
+  *os << isa_name(isa);
+}
 
 namespace {
 
@@ -118,8 +121,7 @@ TEST_P(KernelTest, GemmBitExactAcrossBatchAndSplits) {
       for (int64_t m = 0; m < M; ++m) {
         t().gemm_nt(1, 0, N, K, A.data() + m * K, K, W.data(), K, single.data(), N);
         for (int64_t n = 0; n < N; ++n)
-          ASSERT_EQ(bits(single[n]), bits(whole[m * N + n]))
-              << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
+          ASSERT_EQ(bits(single[n]), bits(whole[m * N + n])) << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
       }
 
       // Column splits at awkward points, as a thread partition might make.
@@ -136,10 +138,58 @@ TEST_P(KernelTest, GemmBitExactAcrossBatchAndSplits) {
   }
 }
 
+// ---- gemm_nt_bf16 ----------------------------------------------------------
+
+// Random bf16 bit patterns: the top halves of random floats (any bf16 will do).
+std::vector<uint16_t> random_bf16(int64_t n, std::mt19937& rng) {
+  const auto f = random_vec(n, rng);
+  std::vector<uint16_t> v(f.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint16_t>(bits(f[i]) >> 16);
+  return v;
+}
+
+std::vector<float> widen(const std::vector<uint16_t>& h) {
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(h[i]) << 16;
+    std::memcpy(&f[i], &u, 4);
+  }
+  return f;
+}
+
+// bf16 weights widen exactly, so each table's bf16 product must equal its
+// own f32 product on the widened weights bit for bit (same FMA sequence),
+// and the scalar reference within the gemm tolerance.
+TEST_P(KernelTest, GemmBf16EqualsF32OnWidenedWeights) {
+  std::mt19937 rng(3);
+  for (int64_t M : {1, 2, 4, 5, 8}) {
+    for (int64_t K : {1, 7, 8, 15, 16, 17, 64, 100, 513}) {
+      for (int64_t N : {1, 3, 4, 5, 17}) {
+        const int64_t lda = K + (K % 2), ldw = K + (K % 3), ldc = N + 1;
+        const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
+        const auto W16 = random_bf16(static_cast<int64_t>(strided_size(N, K, ldw)), rng);
+        const auto W = widen(W16);
+        std::vector<float> C(strided_size(M, N, ldc), -7.0f), F(C), R(C);
+        t().gemm_nt_bf16(M, 0, N, K, A.data(), lda, W16.data(), ldw, C.data(), ldc);
+        t().gemm_nt(M, 0, N, K, A.data(), lda, W.data(), ldw, F.data(), ldc);
+        ref().gemm_nt_bf16(M, 0, N, K, A.data(), lda, W16.data(), ldw, R.data(), ldc);
+        for (size_t i = 0; i < C.size(); ++i)
+          ASSERT_EQ(bits(C[i]), bits(F[i])) << "M=" << M << " K=" << K << " N=" << N << " i=" << i;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            float mag = 0.0f;
+            for (int64_t k = 0; k < K; ++k) mag += std::fabs(A[m * lda + k] * W[n * ldw + k]);
+            ASSERT_NEAR(C[m * ldc + n], R[m * ldc + n], 1e-5f * std::sqrt(static_cast<float>(K)) * mag)
+                << "M=" << M << " K=" << K << " N=" << N;
+          }
+      }
+    }
+  }
+}
+
 // ---- element-wise ----------------------------------------------------------
 
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, float tol,
-                  const std::string& what) {
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], tol * std::fmax(1.0f, std::fabs(want[i])))
@@ -251,8 +301,7 @@ TEST_P(KernelTest, RmsNorm) {
 
 // Runs t and the reference on the same cache; |out - ref| <= tol * max|V|.
 void check_attend(const KernelTable& t, const std::vector<float>& q, const std::vector<float>& k,
-                  const std::vector<float>& v, int64_t len, int64_t hd, int64_t stride, float scale,
-                  float tol) {
+                  const std::vector<float>& v, int64_t len, int64_t hd, int64_t stride, float scale, float tol) {
   std::vector<float> out(static_cast<size_t>(hd), 123.0f), want(static_cast<size_t>(hd));
   t.attend(q.data(), k.data(), v.data(), len, hd, stride, scale, out.data());
   scalar_table().attend(q.data(), k.data(), v.data(), len, hd, stride, scale, want.data());
@@ -260,8 +309,7 @@ void check_attend(const KernelTable& t, const std::vector<float>& q, const std::
   for (float x : v) vmax = std::fmax(vmax, std::fabs(x));
   for (int64_t i = 0; i < hd; ++i) {
     ASSERT_TRUE(std::isfinite(out[i])) << "len=" << len << " hd=" << hd << " i=" << i;
-    ASSERT_NEAR(out[i], want[i], tol * std::fmax(vmax, 1e-30f))
-        << "len=" << len << " hd=" << hd << " i=" << i;
+    ASSERT_NEAR(out[i], want[i], tol * std::fmax(vmax, 1e-30f)) << "len=" << len << " hd=" << hd << " i=" << i;
   }
 }
 
@@ -273,8 +321,7 @@ TEST_P(KernelTest, AttendMatchesReference) {
     const int64_t max_len = hd <= 128 ? 300 : 40;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const auto q = random_vec(hd, rng, -2.0f, 2.0f);
-    const auto k =
-        random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
+    const auto k = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
     const auto v = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng);
     for (int64_t len = 1; len <= max_len; ++len) {
       // Exact-size copies so the last row of a shorter cache ends the buffer.
@@ -306,8 +353,7 @@ TEST_P(KernelTest, AttendLargeScoresStable) {
       for (float& x : q) x = static_cast<float>(small(rng));
       for (float& x : k) x = static_cast<float>(small(rng));
       const auto v = random_vec(static_cast<int64_t>(k.size()), rng);
-      for (float scale : {1.0f, 10.0f, -3.0f})
-        check_attend(t(), q, k, v, len, hd, stride, scale, 5e-6f);
+      for (float scale : {1.0f, 10.0f, -3.0f}) check_attend(t(), q, k, v, len, hd, stride, scale, 5e-6f);
     }
   }
   // All scores equal and huge: a plain average of V.
@@ -317,11 +363,8 @@ TEST_P(KernelTest, AttendLargeScoresStable) {
   check_attend(t(), q, k, v, len, hd, hd, 100.0f, 5e-6f);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, KernelTest,
-                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(isa_name(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllIsas, KernelTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
 // ---- dispatch --------------------------------------------------------------
 

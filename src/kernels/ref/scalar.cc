@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "util/half.h"
 
 namespace k3::kernels {
 namespace {
@@ -12,12 +13,25 @@ namespace {
 // C[m, n] = sum_k A[m, k] * W[n, k] for m < M, n0 <= n < n1.
 // A: [M, K] (lda), W: [N, K] (ldw), C: [M, N] (ldc). Each element is one
 // sequential float sum over k, so the result never depends on M or [n0, n1).
-void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-             const float* W, int64_t ldw, float* C, int64_t ldc) {
+void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw,
+             float* C, int64_t ldc) {
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = n0; n < n1; ++n) {
       float acc = 0.0f;
       for (int64_t k = 0; k < K; ++k) acc += A[m * lda + k] * W[n * ldw + k];
+      C[m * ldc + n] = acc;
+    }
+  }
+}
+
+// gemm_nt with W in bf16 (uint16_t bits): each weight widened exactly to
+// float, then the same sequential sum.
+void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                  int64_t ldw, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += A[m * lda + k] * bf16_to_f32(W[n * ldw + k]);
       C[m * ldc + n] = acc;
     }
   }
@@ -76,8 +90,8 @@ void axpy(float alpha, const float* x, int64_t n, float* y) {
 // independent of the tricks the SIMD versions use: pass 1 finds the maximum
 // score, pass 2 recomputes each score and accumulates exp(s - max) * V[j].
 // len == 0 yields zeros (an empty weighted sum).
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
-            float scale, float* out) {
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+            float* out) {
   auto score = [&](int64_t j) {
     float dot = 0.0f;
     for (int64_t i = 0; i < hd; ++i) dot += q[i] * k[j * stride + i];
@@ -99,6 +113,7 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
 constexpr KernelTable kTable = {
     .isa = Isa::kScalar,
     .gemm_nt = gemm_nt,
+    .gemm_nt_bf16 = gemm_nt_bf16,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,
@@ -110,6 +125,8 @@ constexpr KernelTable kTable = {
 
 }  // namespace
 
-const KernelTable& scalar_table() { return kTable; }
+const KernelTable& scalar_table() {
+  return kTable;
+}
 
 }  // namespace k3::kernels

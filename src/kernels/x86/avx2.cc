@@ -21,13 +21,14 @@ constexpr int64_t kGemmMr = 4;  // rows of A per gemm micro-tile
 constexpr int64_t kGemmNr = 3;  // rows of W per micro-tile: 4x3 acc + 3 W + 1 A = 16 ymm
 
 // Lanes [0, n) set (all bits of each 32-bit lane), 0 <= n <= 8.
-alignas(32) constexpr int32_t kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
-                                                0,  0,  0,  0,  0,  0,  0,  0};
+alignas(32) constexpr int32_t kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 inline __m256i tail_mask(int64_t n) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMaskTable + 8 - n));
 }
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
 
 // Sum of the 8 lanes in one fixed order (halving tree). gemm_nt relies on
 // this being the same instruction sequence for every output element.
@@ -56,8 +57,7 @@ inline __m256 exp_ps(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
 }
 
@@ -91,9 +91,31 @@ inline __m256 erf_ps(__m256 x) {
 // sequence depends on MR, NR or the tile's position, which is what makes
 // gemm_nt independent of M and of the column split. `prefetch`, if set,
 // points at the next tile's W rows (same ldw), one line per row per 16 floats.
-template <int MR, int NR>
-void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw, float* C,
-               int64_t ldc, const float* prefetch) {
+// W rows are f32, or bf16 (uint16_t bits) widened exactly to f32 as they
+// are loaded: the FMAs, and so the results' bits, are those of gemm_nt on
+// the widened matrix, while memory traffic for W halves.
+inline __m256 load_w(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline __m256 load_w_tail(__m256i mask, int64_t, const float* p) {
+  return _mm256_maskload_ps(p, mask);
+}
+inline __m256 widen_bf16(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 load_w(const uint16_t* p) {
+  return widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// AVX2 has no masked 16-bit load: the tail goes through a zeroed copy.
+inline __m256 load_w_tail(__m256i, int64_t n, const uint16_t* p) {
+  alignas(16) uint16_t buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
+  return widen_bf16(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
+}
+
+template <class WT, int MR, int NR>
+void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C, int64_t ldc,
+               const WT* prefetch) {
   __m256 acc[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
@@ -104,12 +126,11 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t l
   for (; k + kW <= K; k += kW) {
     if (prefetch != nullptr && (k & 15) == 0) {
 #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T0);
+      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T0);
     }
     __m256 w[NR];
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) w[j] = _mm256_loadu_ps(W + j * ldw + k);
+    for (int j = 0; j < NR; ++j) w[j] = load_w(W + j * ldw + k);
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const __m256 a = _mm256_loadu_ps(A + i * lda + k);
@@ -121,7 +142,7 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t l
     const __m256i mask = tail_mask(K - k);
     __m256 w[NR];
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) w[j] = _mm256_maskload_ps(W + j * ldw + k, mask);
+    for (int j = 0; j < NR; ++j) w[j] = load_w_tail(mask, K - k, W + j * ldw + k);
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const __m256 a = _mm256_maskload_ps(A + i * lda + k, mask);
@@ -135,33 +156,44 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t l
     for (int j = 0; j < NR; ++j) C[i * ldc + j] = hsum(acc[i][j]);
 }
 
-using GemmTileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
-                            const float*);
+template <class WT>
+using GemmTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, const WT*);
 
-// kGemmTiles[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
-constexpr GemmTileFn kGemmTiles[kGemmMr][kGemmNr] = {
-    {gemm_tile<1, 1>, gemm_tile<1, 2>, gemm_tile<1, 3>},
-    {gemm_tile<2, 1>, gemm_tile<2, 2>, gemm_tile<2, 3>},
-    {gemm_tile<3, 1>, gemm_tile<3, 2>, gemm_tile<3, 3>},
-    {gemm_tile<4, 1>, gemm_tile<4, 2>, gemm_tile<4, 3>},
+// kGemmTiles<WT>[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
+template <class WT>
+constexpr GemmTileFn<WT> kGemmTiles[kGemmMr][kGemmNr] = {
+    {gemm_tile<WT, 1, 1>, gemm_tile<WT, 1, 2>, gemm_tile<WT, 1, 3>},
+    {gemm_tile<WT, 2, 1>, gemm_tile<WT, 2, 2>, gemm_tile<WT, 2, 3>},
+    {gemm_tile<WT, 3, 1>, gemm_tile<WT, 3, 2>, gemm_tile<WT, 3, 3>},
+    {gemm_tile<WT, 4, 1>, gemm_tile<WT, 4, 2>, gemm_tile<WT, 4, 3>},
 };
 
 // C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T. The M loop sits inside the N loop
 // so each tile of W is read from memory once and reused from L1 by every
 // row-tile of A: for decode (M <= 8) W is streamed exactly once.
-void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-             const float* W, int64_t ldw, float* C, int64_t ldc) {
+template <class WT>
+void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
+               float* C, int64_t ldc) {
   for (int64_t n = n0; n < n1; n += kGemmNr) {
     const int64_t nr = min64(kGemmNr, n1 - n);
-    const float* w = W + n * ldw;
+    const WT* w = W + n * ldw;
     // Prefetch the next tile only when it is a full one (all its rows exist).
-    const float* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
+    const WT* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
     for (int64_t m = 0; m < M; m += kGemmMr) {
       const int64_t mr = min64(kGemmMr, M - m);
-      kGemmTiles[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc,
-                                 m == 0 ? next : nullptr);
+      kGemmTiles<WT>[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc, m == 0 ? next : nullptr);
     }
   }
+}
+
+void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw,
+             float* C, int64_t ldc) {
+  gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
+}
+
+void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                  int64_t ldw, float* C, int64_t ldc) {
+  gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
 // ---- element-wise ----------------------------------------------------------
@@ -181,12 +213,10 @@ inline void map1(const float* x, int64_t n, float* y, F f) {
 template <class F>
 inline void map2(const float* a, const float* b, int64_t n, float* y, F f) {
   int64_t i = 0;
-  for (; i + kW <= n; i += kW)
-    _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i + kW <= n; i += kW) _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
   if (i < n) {
     const __m256i mask = tail_mask(n - i);
-    _mm256_maskstore_ps(y + i, mask,
-                        f(_mm256_maskload_ps(a + i, mask), _mm256_maskload_ps(b + i, mask)));
+    _mm256_maskstore_ps(y + i, mask, f(_mm256_maskload_ps(a + i, mask), _mm256_maskload_ps(b + i, mask)));
   }
 }
 
@@ -201,8 +231,7 @@ inline void zero(float* y, int64_t n) {
 void gelu(const float* x, int64_t n, float* y) {
   map1(x, n, y, [](__m256 v) {
     const __m256 e = erf_ps(_mm256_mul_ps(v, _mm256_set1_ps(0.70710678118654752f)));
-    return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(0.5f)),
-                         _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+    return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(0.5f)), _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
   });
 }
 
@@ -210,8 +239,7 @@ void gelu(const float* x, int64_t n, float* y) {
 // tiny negative value and g = +100 at exactly 100.
 void silu_mul(const float* g, const float* u, int64_t n, float* y) {
   map2(g, u, n, y, [](__m256 gv, __m256 uv) {
-    const __m256 den =
-        _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
+    const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
     return _mm256_mul_ps(_mm256_div_ps(gv, den), uv);
   });
 }
@@ -249,8 +277,7 @@ inline float sum_sq_dev(const float* x, int64_t n, float c) {
   }
   if (i < n) {
     const __m256i mask = tail_mask(n - i);
-    const __m256 d = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), vc),
-                                   _mm256_castsi256_ps(mask));
+    const __m256 d = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), vc), _mm256_castsi256_ps(mask));
     s = _mm256_fmadd_ps(d, d, s);
   }
   return hsum(s);
@@ -271,9 +298,8 @@ void layernorm(const float* x, const float* w, const float* b, float eps, int64_
   if (i < n) {
     const __m256i mask = tail_mask(n - i);
     const __m256 xn = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), vm), vr);
-    _mm256_maskstore_ps(
-        y + i, mask,
-        _mm256_fmadd_ps(xn, _mm256_maskload_ps(w + i, mask), _mm256_maskload_ps(b + i, mask)));
+    _mm256_maskstore_ps(y + i, mask,
+                        _mm256_fmadd_ps(xn, _mm256_maskload_ps(w + i, mask), _mm256_maskload_ps(b + i, mask)));
   }
 }
 
@@ -306,8 +332,7 @@ struct OnlineSoftmax {
   }
 
   template <int B>
-  void block(const float* q, const float* k, const float* v, int64_t hd, int64_t stride,
-             float scale) {
+  void block(const float* q, const float* k, const float* v, int64_t hd, int64_t stride, float scale) {
     float s[B];
     __m256 d[B];
 #pragma GCC unroll 4
@@ -354,37 +379,33 @@ struct OnlineSoftmax {
     for (int b = 0; b < B; ++b) {
       const __m256 vp = _mm256_permutevar8x32_ps(pv, _mm256_set1_epi32(b));
 #pragma GCC unroll 16
-      for (int vi = 0; vi < NV; ++vi)
-        acc[vi] = _mm256_fmadd_ps(vp, load(v + b * stride, vi, hd), acc[vi]);
+      for (int vi = 0; vi < NV; ++vi) acc[vi] = _mm256_fmadd_ps(vp, load(v + b * stride, vi, hd), acc[vi]);
     }
   }
 };
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]; hd <= NV * 8.
 template <int NV>
-void attend_regs(const float* q, const float* k, const float* v, int64_t len, int64_t hd,
-                 int64_t stride, float scale, float* out) {
+void attend_regs(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                 float* out) {
   OnlineSoftmax<NV> st;
 #pragma GCC unroll 16
   for (int vi = 0; vi < NV; ++vi) st.acc[vi] = _mm256_setzero_ps();
   st.mx = -__builtin_inff();
   st.l = 0.0f;
   int64_t j = 0;
-  for (; j + 4 <= len; j += 4)
-    st.template block<4>(q, k + j * stride, v + j * stride, hd, stride, scale);
+  for (; j + 4 <= len; j += 4) st.template block<4>(q, k + j * stride, v + j * stride, hd, stride, scale);
   for (; j < len; ++j) st.template block<1>(q, k + j * stride, v + j * stride, hd, stride, scale);
   const __m256 vl = _mm256_set1_ps(st.l);
 #pragma GCC unroll 16
-  for (int vi = 0; vi < NV - 1; ++vi)
-    _mm256_storeu_ps(out + vi * kW, _mm256_div_ps(st.acc[vi], vl));
-  _mm256_maskstore_ps(out + (NV - 1) * kW, tail_mask(hd - (NV - 1) * kW),
-                      _mm256_div_ps(st.acc[NV - 1], vl));
+  for (int vi = 0; vi < NV - 1; ++vi) _mm256_storeu_ps(out + vi * kW, _mm256_div_ps(st.acc[vi], vl));
+  _mm256_maskstore_ps(out + (NV - 1) * kW, tail_mask(hd - (NV - 1) * kW), _mm256_div_ps(st.acc[NV - 1], vl));
 }
 
 // Any hd, len >= 1: the same online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
-void attend_any(const float* q, const float* k, const float* v, int64_t len, int64_t hd,
-                int64_t stride, float scale, float* out) {
+void attend_any(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                float* out) {
   zero(out, hd);
   float mx = -__builtin_inff();
   float l = 0.0f;
@@ -392,8 +413,7 @@ void attend_any(const float* q, const float* k, const float* v, int64_t len, int
     const float* kj = k + j * stride;
     __m256 d = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + kW <= hd; i += kW)
-      d = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kj + i), d);
+    for (; i + kW <= hd; i += kW) d = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kj + i), d);
     if (i < hd) {
       const __m256i mask = tail_mask(hd - i);
       d = _mm256_fmadd_ps(_mm256_maskload_ps(q + i, mask), _mm256_maskload_ps(kj + i, mask), d);
@@ -414,23 +434,21 @@ void attend_any(const float* q, const float* k, const float* v, int64_t len, int
   map1(out, hd, out, [vl](__m256 o) { return _mm256_div_ps(o, vl); });
 }
 
-using AttendFn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                          float, float*);
+using AttendFn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t, float, float*);
 
 // kAttendRegs[nv - 1] handles hd in ((nv - 1) * 8, nv * 8], i.e. up to 128;
 // beyond that the accumulator would live on the stack anyway.
 constexpr AttendFn kAttendRegs[] = {
-    attend_regs<1>,  attend_regs<2>,  attend_regs<3>,  attend_regs<4>,
-    attend_regs<5>,  attend_regs<6>,  attend_regs<7>,  attend_regs<8>,
-    attend_regs<9>,  attend_regs<10>, attend_regs<11>, attend_regs<12>,
+    attend_regs<1>,  attend_regs<2>,  attend_regs<3>,  attend_regs<4>,  attend_regs<5>,  attend_regs<6>,
+    attend_regs<7>,  attend_regs<8>,  attend_regs<9>,  attend_regs<10>, attend_regs<11>, attend_regs<12>,
     attend_regs<13>, attend_regs<14>, attend_regs<15>, attend_regs<16>,
 };
 constexpr int64_t kMaxRegVectors = sizeof(kAttendRegs) / sizeof(kAttendRegs[0]);
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
 // gives zeros, as in the reference.
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
-            float scale, float* out) {
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+            float* out) {
   if (len == 0) return zero(out, hd);
   const int64_t nv = (hd + kW - 1) / kW;
   if (nv == 0) return;
@@ -441,6 +459,7 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
 constexpr KernelTable kTable = {
     .isa = Isa::kAvx2,
     .gemm_nt = gemm_nt,
+    .gemm_nt_bf16 = gemm_nt_bf16,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,
@@ -452,6 +471,8 @@ constexpr KernelTable kTable = {
 
 }  // namespace
 
-const KernelTable& avx2_table() { return kTable; }
+const KernelTable& avx2_table() {
+  return kTable;
+}
 
 }  // namespace k3::kernels

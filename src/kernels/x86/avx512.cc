@@ -28,9 +28,13 @@ constexpr int64_t kGemmMr = 4;  // rows of A per gemm micro-tile
 constexpr int64_t kGemmNr = 4;  // rows of W per gemm micro-tile (4x4 acc + 4 W + 1 A = 21 zmm)
 
 // Lanes [0, n) set, 0 <= n <= 16.
-inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+inline __mmask16 tail_mask(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1u);
+}
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
 
 // Sum of the 16 lanes in one fixed order (halving tree). gemm_nt relies on
 // this being the same instruction sequence for every output element.
@@ -94,9 +98,28 @@ inline __m512 erf_ps(__m512 x) {
 // gemm_nt independent of M and of the column split. `prefetch`, if set,
 // points at the next tile's W rows (same ldw), fetched one line per row per
 // K step so the stream of W stays ahead of the FMAs.
-template <int MR, int NR>
-void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw, float* C,
-               int64_t ldc, const float* prefetch) {
+// W rows are f32, or bf16 (uint16_t bits) widened exactly to f32 as they
+// are loaded: the FMAs, and so the results' bits, are those of gemm_nt on
+// the widened matrix, while memory traffic for W halves.
+inline __m512 load_w(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 load_w_tail(__mmask16 m, const float* p) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+inline __m512 widen_bf16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 load_w(const uint16_t* p) {
+  return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 load_w_tail(__mmask16 m, const uint16_t* p) {
+  return widen_bf16(_mm256_maskz_loadu_epi16(m, p));
+}
+
+template <class WT, int MR, int NR>
+void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C, int64_t ldc,
+               const WT* prefetch) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
@@ -107,12 +130,11 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t l
   for (; k + kW <= K; k += kW) {
     if (prefetch != nullptr) {
 #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T0);
+      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T0);
     }
     __m512 w[NR];
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) w[j] = _mm512_loadu_ps(W + j * ldw + k);
+    for (int j = 0; j < NR; ++j) w[j] = load_w(W + j * ldw + k);
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const __m512 a = _mm512_loadu_ps(A + i * lda + k);
@@ -124,7 +146,7 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t l
     const __mmask16 mask = tail_mask(K - k);
     __m512 w[NR];
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) w[j] = _mm512_maskz_loadu_ps(mask, W + j * ldw + k);
+    for (int j = 0; j < NR; ++j) w[j] = load_w_tail(mask, W + j * ldw + k);
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const __m512 a = _mm512_maskz_loadu_ps(mask, A + i * lda + k);
@@ -138,33 +160,44 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const float* W, int64_t l
     for (int j = 0; j < NR; ++j) C[i * ldc + j] = hsum(acc[i][j]);
 }
 
-using GemmTileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
-                            const float*);
+template <class WT>
+using GemmTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, const WT*);
 
-// kGemmTiles[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
-constexpr GemmTileFn kGemmTiles[kGemmMr][kGemmNr] = {
-    {gemm_tile<1, 1>, gemm_tile<1, 2>, gemm_tile<1, 3>, gemm_tile<1, 4>},
-    {gemm_tile<2, 1>, gemm_tile<2, 2>, gemm_tile<2, 3>, gemm_tile<2, 4>},
-    {gemm_tile<3, 1>, gemm_tile<3, 2>, gemm_tile<3, 3>, gemm_tile<3, 4>},
-    {gemm_tile<4, 1>, gemm_tile<4, 2>, gemm_tile<4, 3>, gemm_tile<4, 4>},
+// kGemmTiles<WT>[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
+template <class WT>
+constexpr GemmTileFn<WT> kGemmTiles[kGemmMr][kGemmNr] = {
+    {gemm_tile<WT, 1, 1>, gemm_tile<WT, 1, 2>, gemm_tile<WT, 1, 3>, gemm_tile<WT, 1, 4>},
+    {gemm_tile<WT, 2, 1>, gemm_tile<WT, 2, 2>, gemm_tile<WT, 2, 3>, gemm_tile<WT, 2, 4>},
+    {gemm_tile<WT, 3, 1>, gemm_tile<WT, 3, 2>, gemm_tile<WT, 3, 3>, gemm_tile<WT, 3, 4>},
+    {gemm_tile<WT, 4, 1>, gemm_tile<WT, 4, 2>, gemm_tile<WT, 4, 3>, gemm_tile<WT, 4, 4>},
 };
 
 // C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T. The M loop sits inside the N loop
 // so each tile of W is read from memory once and reused from L1 by every
 // row-tile of A: for decode (M <= 8) W is streamed exactly once.
-void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-             const float* W, int64_t ldw, float* C, int64_t ldc) {
+template <class WT>
+void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
+               float* C, int64_t ldc) {
   for (int64_t n = n0; n < n1; n += kGemmNr) {
     const int64_t nr = min64(kGemmNr, n1 - n);
-    const float* w = W + n * ldw;
+    const WT* w = W + n * ldw;
     // Prefetch the next tile only when it is a full one (all its rows exist).
-    const float* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
+    const WT* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
     for (int64_t m = 0; m < M; m += kGemmMr) {
       const int64_t mr = min64(kGemmMr, M - m);
-      kGemmTiles[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc,
-                                 m == 0 ? next : nullptr);
+      kGemmTiles<WT>[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc, m == 0 ? next : nullptr);
     }
   }
+}
+
+void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw,
+             float* C, int64_t ldc) {
+  gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
+}
+
+void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                  int64_t ldw, float* C, int64_t ldc) {
+  gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
 // ---- element-wise ----------------------------------------------------------
@@ -184,12 +217,10 @@ inline void map1(const float* x, int64_t n, float* y, F f) {
 template <class F>
 inline void map2(const float* a, const float* b, int64_t n, float* y, F f) {
   int64_t i = 0;
-  for (; i + kW <= n; i += kW)
-    _mm512_storeu_ps(y + i, f(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+  for (; i + kW <= n; i += kW) _mm512_storeu_ps(y + i, f(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
   if (i < n) {
     const __mmask16 mask = tail_mask(n - i);
-    _mm512_mask_storeu_ps(
-        y + i, mask, f(_mm512_maskz_loadu_ps(mask, a + i), _mm512_maskz_loadu_ps(mask, b + i)));
+    _mm512_mask_storeu_ps(y + i, mask, f(_mm512_maskz_loadu_ps(mask, a + i), _mm512_maskz_loadu_ps(mask, b + i)));
   }
 }
 
@@ -204,8 +235,7 @@ inline void zero(float* y, int64_t n) {
 void gelu(const float* x, int64_t n, float* y) {
   map1(x, n, y, [](__m512 v) {
     const __m512 e = erf_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f)));
-    return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.5f)),
-                         _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
+    return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.5f)), _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
   });
 }
 
@@ -213,8 +243,7 @@ void gelu(const float* x, int64_t n, float* y) {
 // tiny negative value and g = +100 at exactly 100.
 void silu_mul(const float* g, const float* u, int64_t n, float* y) {
   map2(g, u, n, y, [](__m512 gv, __m512 uv) {
-    const __m512 den =
-        _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv)));
+    const __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv)));
     return _mm512_mul_ps(_mm512_div_ps(gv, den), uv);
   });
 }
@@ -274,8 +303,7 @@ void layernorm(const float* x, const float* w, const float* b, float eps, int64_
     const __mmask16 mask = tail_mask(n - i);
     const __m512 xn = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), vm), vr);
     _mm512_mask_storeu_ps(y + i, mask,
-                          _mm512_fmadd_ps(xn, _mm512_maskz_loadu_ps(mask, w + i),
-                                          _mm512_maskz_loadu_ps(mask, b + i)));
+                          _mm512_fmadd_ps(xn, _mm512_maskz_loadu_ps(mask, w + i), _mm512_maskz_loadu_ps(mask, b + i)));
   }
 }
 
@@ -306,8 +334,7 @@ struct OnlineSoftmax {
   }
 
   template <int B>
-  void block(const float* q, const float* k, const float* v, int64_t hd, int64_t stride,
-             float scale) {
+  void block(const float* q, const float* k, const float* v, int64_t hd, int64_t stride, float scale) {
     float s[B];
     __m512 d[B];
 #pragma GCC unroll 4
@@ -317,8 +344,7 @@ struct OnlineSoftmax {
       const __mmask16 m = lanes(vi, hd);
       const __m512 qv = _mm512_maskz_loadu_ps(m, q + vi * kW);
 #pragma GCC unroll 4
-      for (int b = 0; b < B; ++b)
-        d[b] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + b * stride + vi * kW), d[b]);
+      for (int b = 0; b < B; ++b) d[b] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + b * stride + vi * kW), d[b]);
     }
     float bmax = -__builtin_inff();
 #pragma GCC unroll 4
@@ -357,36 +383,33 @@ struct OnlineSoftmax {
       const __m512 vp = _mm512_permutexvar_ps(_mm512_set1_epi32(b), pv);
 #pragma GCC unroll 16
       for (int vi = 0; vi < NV; ++vi)
-        acc[vi] = _mm512_fmadd_ps(
-            vp, _mm512_maskz_loadu_ps(lanes(vi, hd), v + b * stride + vi * kW), acc[vi]);
+        acc[vi] = _mm512_fmadd_ps(vp, _mm512_maskz_loadu_ps(lanes(vi, hd), v + b * stride + vi * kW), acc[vi]);
     }
   }
 };
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]; hd <= NV * 16.
 template <int NV>
-void attend_regs(const float* q, const float* k, const float* v, int64_t len, int64_t hd,
-                 int64_t stride, float scale, float* out) {
+void attend_regs(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                 float* out) {
   OnlineSoftmax<NV> st;
 #pragma GCC unroll 16
   for (int vi = 0; vi < NV; ++vi) st.acc[vi] = _mm512_setzero_ps();
   st.mx = -__builtin_inff();
   st.l = 0.0f;
   int64_t j = 0;
-  for (; j + 4 <= len; j += 4)
-    st.template block<4>(q, k + j * stride, v + j * stride, hd, stride, scale);
+  for (; j + 4 <= len; j += 4) st.template block<4>(q, k + j * stride, v + j * stride, hd, stride, scale);
   for (; j < len; ++j) st.template block<1>(q, k + j * stride, v + j * stride, hd, stride, scale);
   const __m512 vl = _mm512_set1_ps(st.l);
 #pragma GCC unroll 16
   for (int vi = 0; vi < NV; ++vi)
-    _mm512_mask_storeu_ps(out + vi * kW, OnlineSoftmax<NV>::lanes(vi, hd),
-                          _mm512_div_ps(st.acc[vi], vl));
+    _mm512_mask_storeu_ps(out + vi * kW, OnlineSoftmax<NV>::lanes(vi, hd), _mm512_div_ps(st.acc[vi], vl));
 }
 
 // Any hd, len >= 1: the same online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
-void attend_any(const float* q, const float* k, const float* v, int64_t len, int64_t hd,
-                int64_t stride, float scale, float* out) {
+void attend_any(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                float* out) {
   zero(out, hd);
   float mx = -__builtin_inff();
   float l = 0.0f;
@@ -394,12 +417,10 @@ void attend_any(const float* q, const float* k, const float* v, int64_t len, int
     const float* kj = k + j * stride;
     __m512 d = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + kW <= hd; i += kW)
-      d = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(kj + i), d);
+    for (; i + kW <= hd; i += kW) d = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(kj + i), d);
     if (i < hd) {
       const __mmask16 mask = tail_mask(hd - i);
-      d = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q + i), _mm512_maskz_loadu_ps(mask, kj + i),
-                          d);
+      d = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q + i), _mm512_maskz_loadu_ps(mask, kj + i), d);
     }
     const float s = scale * hsum(d);
     if (s > mx) {
@@ -417,22 +438,20 @@ void attend_any(const float* q, const float* k, const float* v, int64_t len, int
   map1(out, hd, out, [vl](__m512 o) { return _mm512_div_ps(o, vl); });
 }
 
-using AttendFn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                          float, float*);
+using AttendFn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t, float, float*);
 
 // kAttendRegs[nv - 1] handles hd in ((nv - 1) * 16, nv * 16], i.e. up to 256.
 constexpr AttendFn kAttendRegs[] = {
-    attend_regs<1>,  attend_regs<2>,  attend_regs<3>,  attend_regs<4>,
-    attend_regs<5>,  attend_regs<6>,  attend_regs<7>,  attend_regs<8>,
-    attend_regs<9>,  attend_regs<10>, attend_regs<11>, attend_regs<12>,
+    attend_regs<1>,  attend_regs<2>,  attend_regs<3>,  attend_regs<4>,  attend_regs<5>,  attend_regs<6>,
+    attend_regs<7>,  attend_regs<8>,  attend_regs<9>,  attend_regs<10>, attend_regs<11>, attend_regs<12>,
     attend_regs<13>, attend_regs<14>, attend_regs<15>, attend_regs<16>,
 };
 constexpr int64_t kMaxRegVectors = sizeof(kAttendRegs) / sizeof(kAttendRegs[0]);
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
 // gives zeros, as in the reference.
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
-            float scale, float* out) {
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+            float* out) {
   if (len == 0) return zero(out, hd);
   const int64_t nv = (hd + kW - 1) / kW;
   if (nv == 0) return;
@@ -443,6 +462,7 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
 constexpr KernelTable kTable = {
     .isa = Isa::kAvx512,
     .gemm_nt = gemm_nt,
+    .gemm_nt_bf16 = gemm_nt_bf16,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,
@@ -454,6 +474,8 @@ constexpr KernelTable kTable = {
 
 }  // namespace
 
-const KernelTable& avx512_table() { return kTable; }
+const KernelTable& avx512_table() {
+  return kTable;
+}
 
 }  // namespace k3::kernels
