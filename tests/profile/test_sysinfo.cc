@@ -32,7 +32,9 @@ MeasureOptions small_options(int threads = 2) {
   return o;
 }
 
-bool positive_finite(double v) { return std::isfinite(v) && v > 0; }
+bool positive_finite(double v) {
+  return std::isfinite(v) && v > 0;
+}
 
 TEST(SysInfo, MeasuresPositiveFiniteNumbers) {
   auto s = measure_sysinfo(small_options());
@@ -49,7 +51,8 @@ TEST(SysInfo, MeasuresPositiveFiniteNumbers) {
   ASSERT_EQ(s->read.size(), 8u);
   for (const auto& p : s->read) {
     EXPECT_TRUE(p.threads == 1 || p.threads == 2);
-    EXPECT_TRUE(p.streams_per_thread == 1 || p.streams_per_thread == 2 || p.streams_per_thread == 4 || p.streams_per_thread == 8);
+    EXPECT_TRUE(p.streams_per_thread == 1 || p.streams_per_thread == 2 || p.streams_per_thread == 4 ||
+                p.streams_per_thread == 8);
     EXPECT_TRUE(positive_finite(p.gb_per_s)) << p.threads << "x" << p.streams_per_thread << ": " << p.gb_per_s;
   }
   ASSERT_EQ(s->copy.size(), 2u);
@@ -80,15 +83,17 @@ TEST(SysInfo, MeasuresPositiveFiniteNumbers) {
   }
 }
 
-TEST(SysInfo, TwoThreadsReadAtLeastHalfOfOne) {
-  // Ordered sensibly within noise: more threads never make the machine's
-  // aggregate bandwidth collapse. (Not "strictly faster": a saturated memory
-  // system, or a busy shared machine, can make 2 threads no better than 1.)
+TEST(SysInfo, MeasuresEveryThreadCount) {
+  // A result per thread count, positive and finite. How they compare is a
+  // property of the machine and its load at the moment, so it is reported
+  // by `k3 sysinfo`, not asserted here (no timing in unit tests).
   auto s = measure_sysinfo(small_options());
   ASSERT_TRUE(s.ok()) << s.status().message();
-  const double one = s->best_read_gb_per_s(1), two = s->best_read_gb_per_s(2);
-  EXPECT_GT(one, 0);
-  EXPECT_GE(two, 0.5 * one) << "1 thread " << one << " GB/s, 2 threads " << two << " GB/s";
+  for (int t = 1; t <= 2; ++t) {
+    const double gb = s->best_read_gb_per_s(t);
+    EXPECT_GT(gb, 0) << t << " threads";
+    EXPECT_TRUE(std::isfinite(gb)) << t << " threads";
+  }
 }
 
 // The per-ISA loops do the work they are timed for: every byte read, every
@@ -312,8 +317,8 @@ class SysInfoCache : public ::testing::Test {
     const char* old = std::getenv("K3_CACHE_DIR");
     had_old_ = old != nullptr;
     if (had_old_) old_ = old;
-    dir_ = std::filesystem::temp_directory_path() /
-           ("k3_test_sysinfo_" + std::to_string(getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / ("k3_test_sysinfo_" + std::to_string(getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     setenv("K3_CACHE_DIR", dir_.c_str(), 1);
   }
@@ -345,7 +350,9 @@ class SysInfoCache : public ::testing::Test {
 
 constexpr double kSentinel = 12345.5;
 
-TEST_F(SysInfoCache, PathFollowsEnvironment) { EXPECT_EQ(sysinfo_cache_path(), path()); }
+TEST_F(SysInfoCache, PathFollowsEnvironment) {
+  EXPECT_EQ(sysinfo_cache_path(), path());
+}
 
 TEST_F(SysInfoCache, SecondLoadReturnsCachedEntry) {
   auto first = load_or_measure_sysinfo(small_options(), false);
@@ -379,7 +386,8 @@ TEST_F(SysInfoCache, SecondLoadReturnsCachedEntry) {
 }
 
 TEST_F(SysInfoCache, CorruptFileIsRemeasuredAndRewritten) {
-  for (const char* junk : {"{ this is not json", "[1, 2, 3]", "{\"entries\": 5}", "", "{\"entries\": {\"x\": {\"cpu\": 1}}}"}) {
+  for (const char* junk :
+       {"{ this is not json", "[1, 2, 3]", "{\"entries\": 5}", "", "{\"entries\": {\"x\": {\"cpu\": 1}}}"}) {
     write_file(junk);
     auto s = load_or_measure_sysinfo(small_options(1), false);
     ASSERT_TRUE(s.ok()) << junk << ": " << s.status().message();
