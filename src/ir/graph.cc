@@ -13,6 +13,7 @@ const char* op_name(OpKind op) {
   case OpKind::k##e:            \
     return name;
     K3_OP_LIST(K3_OP_NAME)
+    K3_ONNX_OP_LIST(K3_OP_NAME)
 #undef K3_OP_NAME
   }
   return "?";
@@ -29,6 +30,12 @@ uint64_t Value::bytes() const { return static_cast<uint64_t>(numel()) * dtype_si
 uint64_t Value::row_bytes() const {
   if (shape.empty() || shape[0] == 0) return 0;
   return bytes() / static_cast<uint64_t>(shape[0]);
+}
+
+bool Value::has_unknown_dims() const {
+  for (int64_t d : shape)
+    if (d < 0) return true;
+  return false;
 }
 
 const AttrValue* Node::find_attr(std::string_view key) const {
@@ -50,6 +57,11 @@ double Node::attr_float(std::string_view key, double fallback) const {
   if (const auto* d = std::get_if<double>(v)) return *d;
   if (const auto* i = std::get_if<int64_t>(v)) return static_cast<double>(*i);
   return fallback;
+}
+
+const std::vector<int64_t>* Node::attr_ints(std::string_view key) const {
+  const AttrValue* v = find_attr(key);
+  return v == nullptr ? nullptr : std::get_if<std::vector<int64_t>>(v);
 }
 
 int Graph::add_value(Value v) {
@@ -91,13 +103,16 @@ int Graph::add_state(std::string name, DType dtype, std::vector<int64_t> shape) 
 StatusOr<std::vector<int>> Graph::add_node(OpKind op, std::string name, std::vector<int> inputs,
                                            std::vector<Attr> attrs, int num_outputs) {
   for (int in : inputs)
-    if (in < 0 || in >= static_cast<int>(values_.size()))
+    if ((in < 0 && !(in == -1 && is_onnx_op(op))) || in >= static_cast<int>(values_.size()))
       return invalid_argument("node " + name + ": input id out of range");
   Node node{op, std::move(name), std::move(inputs), {}, std::move(attrs)};
   std::vector<OutType> types;
   K3_RETURN_IF_ERROR(infer_types(*this, node, types).with_context(std::string(op_name(op)) + " " + node.name));
+  if (is_onnx_op(op) && num_outputs >= 1 && static_cast<int>(types.size()) > num_outputs)
+    types.resize(static_cast<size_t>(num_outputs));
   if (static_cast<int>(types.size()) != num_outputs)
-    return internal_error("node " + node.name + ": shape rule gave a different number of outputs");
+    return invalid_argument("node " + node.name + ": " + op_name(op) + " has " + std::to_string(types.size()) +
+                            " outputs, not " + std::to_string(num_outputs));
   int node_index = static_cast<int>(nodes_.size());
   for (int i = 0; i < num_outputs; ++i) {
     Value v;
@@ -119,6 +134,15 @@ void Graph::mark_output(int value) {
   outputs_.push_back(value);
 }
 
+void Graph::mark_input(int value) { inputs_.push_back(value); }
+
+void Graph::append_node(Node node) {
+  const int index = static_cast<int>(nodes_.size());
+  for (int out : node.outputs)
+    if (out >= 0 && out < static_cast<int>(values_.size())) values_[static_cast<size_t>(out)].producer = index;
+  nodes_.push_back(std::move(node));
+}
+
 int Graph::find_value(std::string_view name) const {
   for (size_t i = 0; i < values_.size(); ++i)
     if (values_[i].name == name) return static_cast<int>(i);
@@ -130,14 +154,25 @@ Status Graph::verify() const {
   std::vector<int> produced_at(values_.size(), -1);
   for (size_t vi = 0; vi < values_.size(); ++vi) {
     const Value& v = values_[vi];
-    if (!checked_numel_bytes(v.shape, dtype_size(v.dtype)))
+    // Unknown dims (-1) are allowed; the known ones must not overflow.
+    std::vector<int64_t> known;
+    for (int64_t d : v.shape) {
+      if (d < kUnknownDim) return invalid_argument("value " + v.name + " has a negative dimension");
+      known.push_back(d < 0 ? 1 : d);
+    }
+    if (!checked_numel_bytes(known, dtype_size(v.dtype)))
       return invalid_argument("value " + v.name + " has an invalid shape " + shape_to_string(v.shape));
+    if (!v.dim_params.empty() && v.dim_params.size() != v.shape.size())
+      return invalid_argument("value " + v.name + " has dim names for a different rank");
+    if (v.kind == ValueKind::kWeight && v.has_unknown_dims())
+      return invalid_argument("weight " + v.name + " has unknown dims");
     if (v.kind == ValueKind::kWeight && v.data == nullptr)
       return invalid_argument("weight " + v.name + " has no data");
   }
   for (size_t ni = 0; ni < nodes_.size(); ++ni) {
     const Node& n = nodes_[ni];
     for (int in : n.inputs) {
+      if (in == -1 && is_onnx_op(n.op)) continue;  // omitted optional input
       if (in < 0 || in >= nv) return invalid_argument("node " + n.name + ": input id out of range");
       const Value& v = values_[static_cast<size_t>(in)];
       if (v.kind == ValueKind::kActivation && (produced_at[static_cast<size_t>(in)] < 0))
@@ -145,6 +180,7 @@ Status Graph::verify() const {
     }
     std::vector<OutType> types;
     K3_RETURN_IF_ERROR(infer_types(*this, n, types).with_context("node " + n.name));
+    if (is_onnx_op(n.op) && types.size() > n.outputs.size() && !n.outputs.empty()) types.resize(n.outputs.size());
     if (types.size() != n.outputs.size()) return invalid_argument("node " + n.name + ": output count mismatch");
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       int out = n.outputs[o];
@@ -166,7 +202,7 @@ std::string shape_to_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ",";
-    s += std::to_string(shape[i]);
+    s += shape[i] < 0 ? std::string("?") : std::to_string(shape[i]);
   }
   return s + "]";
 }
@@ -176,6 +212,10 @@ std::string Graph::to_string() const {
   for (const Node& n : nodes_) {
     os << op_name(n.op) << " " << n.name << " (";
     for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i] < 0) {
+        os << (i ? ", " : "") << "-";
+        continue;
+      }
       const Value& v = value(n.inputs[i]);
       os << (i ? ", " : "") << v.name << ":" << dtype_name(v.dtype) << shape_to_string(v.shape);
     }

@@ -29,10 +29,15 @@ enum class ValueKind : uint8_t {
 // Which run-time count the leading dimension follows.
 enum class RowDim : uint8_t { kFixed, kTokens, kOutRows };
 
+// Shapes are static for the fused ops. Values of imported ONNX graphs may
+// have dims unknown at compile time: -1 there, with the ONNX dim_param name
+// (e.g. "batch") in dim_params when the model gave one. numel()/bytes() are
+// only meaningful for fully known shapes (has_unknown_dims() false).
 struct Value {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
+  std::vector<std::string> dim_params;  // empty, or one name per dim ("" = unnamed)
   ValueKind kind = ValueKind::kActivation;
   RowDim row_dim = RowDim::kFixed;
   const void* data = nullptr;  // kWeight only
@@ -43,9 +48,15 @@ struct Value {
   uint64_t bytes() const;  // numel * dtype size (shape already validated)
   // Bytes of one row of the leading dimension.
   uint64_t row_bytes() const;
+  bool has_unknown_dims() const;
 };
 
-using AttrValue = std::variant<int64_t, double, std::string>;
+// Dimension value for "not known at compile time" (ONNX dim_param or none).
+inline constexpr int64_t kUnknownDim = -1;
+
+// Attribute values. Lists are what ONNX attributes (perm, axes, pads) need.
+// The .k3m serializer writes every alternative: add one there when adding here.
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
 
 struct Attr {
   std::string name;
@@ -55,6 +66,8 @@ struct Attr {
 struct Node {
   OpKind op;
   std::string name;
+  // Value ids. onnx.* ops may have -1 for an omitted optional input (an
+  // empty name in ONNX, e.g. Clip without min); fused ops never do.
   std::vector<int> inputs;
   std::vector<int> outputs;
   std::vector<Attr> attrs;
@@ -63,6 +76,8 @@ struct Node {
   const AttrValue* find_attr(std::string_view key) const;
   int64_t attr_int(std::string_view key, int64_t fallback = 0) const;
   double attr_float(std::string_view key, double fallback = 0.0) const;
+  // nullptr when absent or not an int list.
+  const std::vector<int64_t>* attr_ints(std::string_view key) const;
 };
 
 class Graph {
@@ -71,10 +86,19 @@ class Graph {
   int add_input(std::string name, DType dtype, std::vector<int64_t> shape, RowDim row_dim);
   int add_weight(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
   int add_state(std::string name, DType dtype, std::vector<int64_t> shape);
-  // Adds a node and its output values, whose types come from the op's shape rule.
+  // Adds a node and its output values, whose types come from the op's shape
+  // rule. An onnx.* op may take fewer outputs than its rule gives (ONNX
+  // optional trailing outputs such as LayerNormalization's Mean).
   StatusOr<std::vector<int>> add_node(OpKind op, std::string name, std::vector<int> inputs,
                                       std::vector<Attr> attrs, int num_outputs = 1);
   void mark_output(int value);
+  // For deserializers and rewriters: registers an existing value as a graph
+  // input, and appends a node whose output values already exist (their
+  // producer is set here; verify() checks the rest).
+  void mark_input(int value);
+  void append_node(Node node);
+  // Rewriters edit nodes in place (then verify()).
+  std::vector<Node>& mutable_nodes() { return nodes_; }
 
   const std::vector<Value>& values() const { return values_; }
   std::vector<Value>& values() { return values_; }
@@ -106,8 +130,10 @@ struct OutType {
   std::vector<int64_t> shape;
   RowDim row_dim;
 };
+// For onnx.* ops dims may come out as -1 (not known at compile time).
 Status infer_types(const Graph& g, const Node& node, std::vector<OutType>& out);
 
+// "[2,?,4]": unknown dims print as "?".
 std::string shape_to_string(const std::vector<int64_t>& shape);
 
 }  // namespace k3::ir

@@ -5,11 +5,15 @@
 //   runtime/ops/ref_ops.cc   -> ref_<op>()        scalar reference implementation
 //   runtime/ops/registry.cc  -> run_<op>()        optimized implementation
 //   tests/runtime/test_ops.cc -> test_<op>()      fast vs reference test
-// so adding an op without any of the four fails to compile.
+// so adding an op without any of the four fails to compile. The ONNX-semantics
+// ops (ir/onnx_op_table.h) follow these in OpKind; they have their own
+// expansions (dynamic shape rules, O0 interpreter kernels).
 //
 // X(Enum, "Name"). Scratch memory an op needs comes from the arena; its size
 // is an execution concern and lives with the implementation (registry.cc).
 #pragma once
+
+#include "ir/onnx_op_table.h"
 
 #define K3_OP_LIST(X)                                                                                             \
   /* [V,D] table, [T] i32 ids -> [T,D] */                                                                         \
@@ -37,13 +41,18 @@ namespace k3::ir {
 enum class OpKind : uint8_t {
 #define K3_OP_ENUM(e, name) k##e,
   K3_OP_LIST(K3_OP_ENUM)
+  K3_ONNX_OP_LIST(K3_OP_ENUM)
 #undef K3_OP_ENUM
 };
 
 #define K3_OP_COUNT(e, name) +1
+// kNumOps counts the fused ops only; they are the ops the static Plan runs.
 inline constexpr int kNumOps = 0 K3_OP_LIST(K3_OP_COUNT);
+inline constexpr int kNumAllOps = kNumOps K3_ONNX_OP_LIST(K3_OP_COUNT);
 #undef K3_OP_COUNT
 
 const char* op_name(OpKind op);
+// True for the onnx.* ops of ir/onnx_op_table.h.
+inline bool is_onnx_op(OpKind op) { return static_cast<int>(op) >= kNumOps; }
 
 }  // namespace k3::ir

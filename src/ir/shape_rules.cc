@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "ir/onnx_shape.h"
 
 namespace k3::ir {
 namespace {
@@ -25,6 +26,16 @@ Status expect(const Value& v, DType dtype, size_t rank, const char* what) {
   if (v.shape.size() != rank)
     return invalid_argument(std::string(what) + " " + v.name + " must have rank " + std::to_string(rank) + ", has shape " +
                             shape_to_string(v.shape));
+  return Status();
+}
+
+// Matrix weights of Linear and of MoE experts: f32, or bf16 after the
+// compiler's weight-precision pass (the kernels widen bf16 on load).
+Status expect_matrix_weight(const Value& v, const char* what) {
+  if (v.dtype != DType::kF32 && v.dtype != DType::kBF16)
+    return invalid_argument(std::string(what) + " " + v.name + " must be f32 or bf16, is " + std::string(dtype_name(v.dtype)));
+  if (v.shape.size() != 2)
+    return invalid_argument(std::string(what) + " " + v.name + " must have rank 2, has shape " + shape_to_string(v.shape));
   return Status();
 }
 
@@ -73,7 +84,7 @@ Status infer_Linear(const Graph& g, const Node& n, Outs& out) {
   const Value& x = g.value(n.inputs[0]);
   const Value& w = g.value(n.inputs[1]);
   K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
-  K3_RETURN_IF_ERROR(expect(w, DType::kF32, 2, "weight"));
+  K3_RETURN_IF_ERROR(expect_matrix_weight(w, "weight"));
   K3_RETURN_IF_ERROR(expect_dim(w, 1, x.shape[1], "weight"));
   out.push_back({DType::kF32, {x.shape[0], w.shape[0]}, x.row_dim});
   return Status();
@@ -163,11 +174,13 @@ Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
   K3_RETURN_IF_ERROR(expect_dim(gate, 0, e, "gate"));
   K3_RETURN_IF_ERROR(expect_dim(gate, 1, d, "gate"));
   int64_t f = -1;
+  const DType wtype = g.value(n.inputs[2]).dtype;  // every expert weight has the same dtype
   for (int64_t i = 0; i < e; ++i) {
     // Per expert: w_up [F,D], (w_gate [F,D]), w_down [D,F].
     for (int64_t j = 0; j < per_expert; ++j) {
       const Value& w = g.value(n.inputs[static_cast<size_t>(2 + i * per_expert + j)]);
-      K3_RETURN_IF_ERROR(expect(w, DType::kF32, 2, "expert weight"));
+      K3_RETURN_IF_ERROR(expect_matrix_weight(w, "expert weight"));
+      if (w.dtype != wtype) return invalid_argument("expert weights mix dtypes (" + w.name + ")");
       const bool down = j == per_expert - 1;
       if (f < 0) f = w.shape[0];
       K3_RETURN_IF_ERROR(expect_dim(w, 0, down ? d : f, "expert weight"));
@@ -198,6 +211,14 @@ Status infer_types(const Graph& g, const Node& node, std::vector<OutType>& out) 
     return infer_##e(g, node, out);
     K3_OP_LIST(K3_OP_INFER)
 #undef K3_OP_INFER
+    // onnx.* ops: dynamic rules (onnx_shape_rules.cc), given what the graph knows.
+#define K3_ONNX_CASE(e, name) case OpKind::k##e:
+    K3_ONNX_OP_LIST(K3_ONNX_CASE)
+#undef K3_ONNX_CASE
+    {
+      const std::vector<OnnxInput> in = onnx_inputs_of(g, node);
+      return infer_onnx(node, in, out);
+    }
   }
   return invalid_argument("unknown op");
 }

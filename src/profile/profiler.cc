@@ -47,6 +47,7 @@ OpClass op_class(ir::OpKind op) {
     case ir::OpKind::kRope: return OpClass::kNormElementwise;
     case ir::OpKind::kEmbedding:
     case ir::OpKind::kGatherRows: return OpClass::kDataMovement;
+    default: break;  // onnx.* ops never reach a Plan (Plan::build rejects them)
   }
   return OpClass::kDataMovement;
 }

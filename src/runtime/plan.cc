@@ -22,7 +22,8 @@ ArenaLayout plan_arena(const ir::Graph& g) {
   std::vector<Buf> bufs;
   std::vector<int> last_use(values.size(), -1);
   for (int ni = 0; ni < end; ++ni)
-    for (int in : nodes[static_cast<size_t>(ni)].inputs) last_use[static_cast<size_t>(in)] = ni;
+    for (int in : nodes[static_cast<size_t>(ni)].inputs)
+      if (in >= 0) last_use[static_cast<size_t>(in)] = ni;
   for (size_t vi = 0; vi < values.size(); ++vi) {
     const ir::Value& v = values[vi];
     if (v.kind == ir::ValueKind::kInput) {
@@ -70,6 +71,16 @@ ArenaLayout plan_arena(const ir::Graph& g) {
 }
 
 StatusOr<Plan> Plan::build(ir::Graph graph, const KvCache& cache) {
+  // The static plan sizes every buffer ahead: onnx.* ops (dynamic shapes,
+  // no fast kernels) must be fused away first or run by the O0 interpreter.
+  for (const ir::Node& n : graph.nodes())
+    if (ir::is_onnx_op(n.op))
+      return unimplemented("node " + n.name + ": " + ir::op_name(n.op) +
+                           " is not supported by the static plan (run it with the O0 interpreter)");
+  for (const ir::Value& v : graph.values())
+    if (v.has_unknown_dims())
+      return unimplemented("value " + v.name + " has dims unknown at compile time " + ir::shape_to_string(v.shape) +
+                           "; the static plan needs static shapes");
   K3_RETURN_IF_ERROR(graph.verify());
   Plan p;
   p.graph_ = std::move(graph);

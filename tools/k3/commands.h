@@ -23,6 +23,10 @@ Registered add_sysinfo(CLI::App& app);
 Registered add_profile(CLI::App& app);
 Registered add_bench(CLI::App& app);
 Registered add_lint(CLI::App& app);
+Registered add_run(CLI::App& app);
+Registered add_tokenize(CLI::App& app);
+Registered add_detokenize(CLI::App& app);
+Registered add_compile(CLI::App& app);
 
 // Prints "k3: error: <message>" on stderr and returns the exit code for it.
 int report(const Status& status);

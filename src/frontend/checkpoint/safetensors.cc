@@ -32,6 +32,10 @@ const char* dtype_tag(ir::DType t) {
     case ir::DType::kF16: return "F16";
     case ir::DType::kI32: return "I32";
     case ir::DType::kI64: return "I64";
+    case ir::DType::kF64: return "F64";
+    case ir::DType::kI8: return "I8";
+    case ir::DType::kU8: return "U8";
+    case ir::DType::kBool: return "BOOL";
   }
   return "?";
 }

@@ -11,6 +11,7 @@ OpFn fast_op(ir::OpKind op) {
     return &run_##e;
     K3_OP_LIST(K3_OP_FAST)
 #undef K3_OP_FAST
+    default: break;  // onnx.* ops: the O0 interpreter's kernels (runtime/interp)
   }
   return nullptr;
 }
