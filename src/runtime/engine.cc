@@ -4,41 +4,102 @@
 #include <algorithm>
 #include <thread>
 
-#include "frontend/checkpoint/build_graph.h"
+#include "compiled/k3m.h"
 
 namespace k3::runtime {
 
-StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& model_dir, const EngineOptions& options) {
-  auto e = std::unique_ptr<Engine>(new Engine());
-  K3_ASSIGN_OR_RETURN(e->checkpoint_, Checkpoint::load(model_dir));
-  const ModelConfig& c = e->checkpoint_->config();
-  EngineOptions o = options;
+namespace {
+
+Status check_threads(const EngineOptions& o) {
   if (o.threads < 0 || o.threads > 1024) return invalid_argument("--threads must be between 0 (all cores) and 1024");
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& options) {
+  K3_RETURN_IF_ERROR(check_threads(options));
+  if (options.max_batch < 1 || options.max_batch > 1024)
+    return invalid_argument("max batch must be between 1 and 1024");
+  if (is_k3m_file(path)) {
+    K3_ASSIGN_OR_RETURN(CompiledModel m, read_k3m(path));
+    return create(std::move(m), options);
+  }
+  CompileOptions co;
+  co.batch = options.max_batch;
+  co.prefill_chunk = options.prefill_chunk;
+  co.ctx_len = options.ctx_len;
+  co.moe_dense = options.moe_dense;
+  co.pipeline.opt_level = options.opt_level;
+  K3_ASSIGN_OR_RETURN(CompiledModel m, compile_checkpoint(path, co));
+  return create(std::move(m), options);
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOptions& options) {
+  auto e = std::unique_ptr<Engine>(new Engine());
+  const ModelConfig& c = m.config;
+  const CompiledShapes& s = m.shapes;
+  EngineOptions o = options;
+  K3_RETURN_IF_ERROR(check_threads(o));
   if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (o.max_batch < 1 || o.max_batch > 1024) return invalid_argument("max batch must be between 1 and 1024");
-  if (o.ctx_len == 0) o.ctx_len = c.max_seq_len;
-  if (o.ctx_len < 1 || o.ctx_len > c.max_seq_len)
-    return invalid_argument("context size " + std::to_string(o.ctx_len) + " must be between 1 and max_seq_len " +
-                            std::to_string(c.max_seq_len));
-  if (o.prefill_chunk < 1 || o.prefill_chunk > 8192)
-    return invalid_argument("prefill chunk must be between 1 and 8192");
-  o.prefill_chunk = std::max(o.prefill_chunk, o.max_batch);
+  if (o.max_batch < 1 || o.max_batch > s.n_slots)
+    return invalid_argument("batch " + std::to_string(o.max_batch) + " does not fit the model, compiled for " +
+                            std::to_string(s.n_slots) + " sequences (k3 compile --input-shape batch=N)");
+  if (o.ctx_len == 0) o.ctx_len = s.ctx_len;
+  if (o.ctx_len < 1 || o.ctx_len > s.ctx_len)
+    return invalid_argument("context size " + std::to_string(o.ctx_len) + " must be between 1 and " +
+                            std::to_string(s.ctx_len) + ", the context the model was compiled for");
+  // The compiled shapes are what the plans were built for.
+  o.max_batch = s.n_slots;
+  o.prefill_chunk = s.prefill_tokens;
+  e->config_ = c;
+  e->provenance_ =
+      m.reports.empty() ? "compiled from " + m.source + " (" + m.compile_flags + ")" : "checkpoint " + m.source;
+  e->storage_ = m.storage;
   e->options_ = o;
   e->kt_ = o.kernels != nullptr ? o.kernels : &kernels::best_table();
   e->pool_ = std::make_unique<ThreadPool>(o.threads);
-  K3_RETURN_IF_ERROR(e->cache_.allocate({c.n_layers, o.max_batch, c.n_kv_heads, o.ctx_len, c.head_dim}));
-
-  K3_ASSIGN_OR_RETURN(ir::Graph dg,
-                      build_graph(*e->checkpoint_, {o.max_batch, o.max_batch, o.max_batch, o.ctx_len}, {o.moe_dense}));
-  K3_ASSIGN_OR_RETURN(e->decode_, Plan::build(std::move(dg), e->cache_));
-  K3_ASSIGN_OR_RETURN(ir::Graph pg, build_graph(*e->checkpoint_, {o.prefill_chunk, o.max_batch, o.max_batch, o.ctx_len},
-                                                {o.moe_dense}));
-  K3_ASSIGN_OR_RETURN(e->prefill_, Plan::build(std::move(pg), e->cache_));
+  K3_RETURN_IF_ERROR(e->cache_.allocate({c.n_layers, s.n_slots, c.n_kv_heads, s.ctx_len, c.head_dim}));
+  K3_ASSIGN_OR_RETURN(e->decode_, Plan::build(std::move(m.decode), e->cache_));
+  K3_ASSIGN_OR_RETURN(e->prefill_, Plan::build(std::move(m.prefill), e->cache_));
+  if (e->decode_.max_tokens() != s.decode_tokens || e->prefill_.max_tokens() != s.prefill_tokens ||
+      e->decode_.max_out_rows() != s.n_slots || e->prefill_.max_out_rows() != s.n_slots)
+    return invalid_argument("the model's graphs do not have the step shapes it declares");
   if (!e->arena_.allocate(std::max(e->decode_.arena_bytes(), e->prefill_.arena_bytes())))
     return out_of_range("cannot allocate the activation arena");
   e->decode_.bind_arena(e->arena_.data());
   e->prefill_.bind_arena(e->arena_.data());
   return e;
+}
+
+uint64_t Engine::weight_bytes_per_token() const {
+  const ir::Graph& g = decode_.graph();
+  uint64_t bytes = 0;
+  for (const ir::Node& n : g.nodes()) {
+    switch (n.op) {
+      case ir::OpKind::kLinear:
+        bytes += g.value(n.inputs[1]).bytes();
+        break;
+      case ir::OpKind::kLayerNorm:
+      case ir::OpKind::kRmsNorm:
+        for (size_t i = 1; i < n.inputs.size(); ++i) bytes += g.value(n.inputs[i]).bytes();
+        break;
+      case ir::OpKind::kEmbedding:
+        bytes += g.value(n.inputs[0]).row_bytes();
+        break;
+      case ir::OpKind::kMoe: {
+        const int64_t e = n.attr_int("n_experts"), k = n.attr_int("top_k");
+        const size_t per = (n.inputs.size() - 2) / static_cast<size_t>(e);
+        uint64_t expert = 0;
+        for (size_t j = 0; j < per; ++j) expert += g.value(n.inputs[2 + j]).bytes();
+        bytes += g.value(n.inputs[1]).bytes() + static_cast<uint64_t>(k) * expert;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return bytes;
 }
 
 Status Engine::check_step(const StepInputs& in) const {

@@ -2,14 +2,16 @@
 //
 // Two plans share one arena: a decode plan sized for max_batch tokens and a
 // prefill plan sized for prefill_chunk tokens. Everything is allocated here,
-// at load; step() allocates nothing.
+// at load; step() allocates nothing. The plans come from a CompiledModel:
+// read from a .k3m file, or compiled in memory from a checkpoint directory
+// with the same pipeline `k3 compile` runs.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "frontend/checkpoint/checkpoint.h"
+#include "compiled/compiled_model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/plan.h"
 #include "runtime/thread_pool.h"
@@ -24,20 +26,32 @@ struct EngineOptions {
   int64_t prefill_chunk = 128;                    // tokens per prefill step
   bool reference = false;                         // run the scalar reference ops (testing)
   bool moe_dense = false;                         // the article's dense one-hot-mask MoE (for measurement)
+  int opt_level = 3;                              // pass pipeline level when compiling a checkpoint
   const kernels::KernelTable* kernels = nullptr;  // nullptr = best for this CPU
 };
 
 class Engine {
  public:
-  static StatusOr<std::unique_ptr<Engine>> load(const std::string& model_dir, const EngineOptions& options);
+  // `path`: a .k3m file, or a checkpoint directory (compiled in memory for
+  // the options' batch, prefill chunk and context). For a .k3m the options
+  // must fit what it was compiled for (batch <= its slots, context <= its
+  // context); its compiled shapes are then used.
+  static StatusOr<std::unique_ptr<Engine>> load(const std::string& path, const EngineOptions& options);
+  static StatusOr<std::unique_ptr<Engine>> create(CompiledModel model, const EngineOptions& options);
 
-  const ModelConfig& config() const { return checkpoint_->config(); }
+  const ModelConfig& config() const { return config_; }
+  // "compiled from <source> (<flags>)" or "checkpoint <dir>".
+  const std::string& provenance() const { return provenance_; }
   const EngineOptions& options() const { return options_; }
   int64_t ctx_len() const { return options_.ctx_len; }
   int threads() const { return pool_->size(); }
   const kernels::KernelTable& kernels() const { return *kt_; }
   uint64_t arena_bytes() const { return arena_.size(); }
   uint64_t kv_cache_bytes() const { return cache_.bytes(); }
+  // Weight bytes one batch-1 decode step reads, in their stored dtypes:
+  // every Linear and norm, the gate and top_k experts per layer, one
+  // embedding row (the quantity decode speed is bound by).
+  uint64_t weight_bytes_per_token() const;
   const Plan& decode_plan() const { return decode_; }
   const Plan& prefill_plan() const { return prefill_; }
 
@@ -50,7 +64,9 @@ class Engine {
  private:
   Status check_step(const StepInputs& in) const;
 
-  std::shared_ptr<Checkpoint> checkpoint_;
+  ModelConfig config_;
+  std::string provenance_;
+  std::shared_ptr<const void> storage_;  // owns the weights the plans point into
   EngineOptions options_;
   const kernels::KernelTable* kt_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;

@@ -44,7 +44,9 @@ class ByteCounter : public runtime::StepHooks {
         bytes_ += static_cast<double>(call.out[0].rows * call.out[0].cols() * 4);
         break;
       case ir::OpKind::kMoe: {
-        const double expert = static_cast<double>(c_.expert_matrices() * c_.d_model * c_.d_ff * 4);
+        // One expert's matrices, in whatever dtype they are stored.
+        double expert = 0;
+        for (int64_t j = 0; j < c_.expert_matrices(); ++j) expert += static_cast<double>(call.in[2 + j].value->bytes());
         bytes_ += static_cast<double>(call.in[1].value->bytes()) +
                   expert * static_cast<double>(runtime::moe_active_experts(call));
         break;

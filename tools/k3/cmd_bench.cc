@@ -112,7 +112,7 @@ Registered add_bench(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   CLI::App* sub =
       app.add_subcommand("bench", "Benchmark generation: TTFT, decode latency, throughput, bandwidth, as medians");
-  sub->add_option("-m,--model", f->model, "Model to benchmark (checkpoint directory)");
+  sub->add_option("-m,--model", f->model, "Model to benchmark: a checkpoint directory or a .k3m file");
   sub->add_option("--compare", f->compare,
                   "Several models, comma-separated, measured run by run interleaved; ratios vs the first");
   sub->add_option("-b,--batch", f->batches, "Batch sizes, comma-separated (e.g. 1,4,8)");

@@ -123,9 +123,8 @@ int run_generate(const GenerateFlags& f) {
     j["decode_ms_per_token"] = ms_per_step;
     j["tokens_per_s"] = tok_s;
     j["decode_steps"] = r->decode_steps;
-    // Bytes of weights a batch-1 decode step reads (f32): attention, gate and
-    // top_k experts per layer, one embedding row, the final norm and lm_head.
-    const double weight_bytes = 4.0 * static_cast<double>((*engine)->config().params_read_per_token());
+    // Bytes of weights a batch-1 decode step reads, in their stored dtypes.
+    const double weight_bytes = static_cast<double>((*engine)->weight_bytes_per_token());
     j["weight_bytes_per_token"] = weight_bytes;
     if (prompts->size() == 1 && ms_per_step > 0) j["effective_weight_gb_per_s"] = weight_bytes / (ms_per_step * 1e6);
     j["load_ms"] = load_ms;
@@ -150,7 +149,8 @@ int run_generate(const GenerateFlags& f) {
 Registered add_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* sub = app.add_subcommand("generate", "Generate tokens from prompts given as token ids");
-  sub->add_option("-m,--model", f->model, "Model: a checkpoint directory (config.json + model.safetensors)")
+  sub->add_option("-m,--model", f->model,
+                  "Model: a .k3m file (k3 compile) or a checkpoint directory (config.json + model.safetensors)")
       ->required();
   sub->add_option("--prompt-ids", f->prompt_ids,
                   "Prompt as comma-separated token ids; repeat for several prompts (decoded together)");

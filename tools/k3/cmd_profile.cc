@@ -121,7 +121,7 @@ int run_profile(const ProfileFlags& f) {
 Registered add_profile(CLI::App& app) {
   auto f = std::make_shared<ProfileFlags>();
   CLI::App* sub = app.add_subcommand("profile", "Per-op time, bytes and FLOPs of a decode or prefill step, against the machine's limits");
-  sub->add_option("-m,--model", f->model, "Model: a checkpoint directory (config.json + model.safetensors)")->required();
+  sub->add_option("-m,--model", f->model, "Model: a .k3m file (k3 compile) or a checkpoint directory (config.json + model.safetensors)")->required();
   sub->add_option("--phase", f->phase, "decode: one token per sequence at position --context; prefill: one chunk of --context tokens")
       ->check(CLI::IsMember({"decode", "prefill"}));
   sub->add_option("-c,--context", f->context, "Decode: cached positions before the profiled token; prefill: chunk length")

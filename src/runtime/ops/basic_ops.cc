@@ -28,14 +28,16 @@ void run_Embedding(const OpCall& c) {
   // table [V, D], ids [T] -> [T, D]
   const int64_t d = c.out[0].cols();
   for (int64_t t = 0; t < c.out[0].rows; ++t)
-    std::memcpy(c.out[0].f32() + t * d, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[t]) * d, static_cast<size_t>(d) * 4);
+    std::memcpy(c.out[0].f32() + t * d, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[t]) * d,
+                static_cast<size_t>(d) * 4);
 }
 
 void run_LayerNorm(const OpCall& c) {
   const int64_t d = c.in[0].cols();
   const float eps = static_cast<float>(c.node->attr_float("eps"));
   for_rows(c, c.in[0].rows, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) c.kt->layernorm(c.in[0].f32() + t * d, c.in[1].f32(), c.in[2].f32(), eps, d, c.out[0].f32() + t * d);
+    for (int64_t t = b; t < e; ++t)
+      c.kt->layernorm(c.in[0].f32() + t * d, c.in[1].f32(), c.in[2].f32(), eps, d, c.out[0].f32() + t * d);
   });
 }
 
@@ -51,12 +53,13 @@ void run_Linear(const OpCall& c) {
   // x [M, K] . W[N, K]^T -> [M, N]; threads split N in multiples of 16 rows.
   const int64_t m = c.in[0].rows, k = c.in[0].cols(), n = c.in[1].dim(0);
   const float* x = c.in[0].f32();
-  const float* w = c.in[1].f32();
   float* y = c.out[0].f32();
-  c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) { c.kt->gemm_nt(m, b, e, k, x, k, w, k, y, n); });
+  c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) { gemm_weight(c.kt, m, b, e, k, x, k, c.in[1], y, n); });
 }
 
-void run_Add(const OpCall& c) { c.kt->add(c.in[0].f32(), c.in[1].f32(), c.out[0].rows * c.out[0].cols(), c.out[0].f32()); }
+void run_Add(const OpCall& c) {
+  c.kt->add(c.in[0].f32(), c.in[1].f32(), c.out[0].rows * c.out[0].cols(), c.out[0].f32());
+}
 
 void run_Rope(const OpCall& c) {
   // x [T, H*hd], rotate-half per head with the precomputed tables [L, hd/2].
@@ -82,7 +85,8 @@ void run_Rope(const OpCall& c) {
 void run_GatherRows(const OpCall& c) {
   const int64_t d = c.out[0].cols();
   for (int64_t r = 0; r < c.out[0].rows; ++r)
-    std::memcpy(c.out[0].f32() + r * d, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[r]) * d, static_cast<size_t>(d) * 4);
+    std::memcpy(c.out[0].f32() + r * d, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[r]) * d,
+                static_cast<size_t>(d) * 4);
 }
 
 }  // namespace k3::runtime

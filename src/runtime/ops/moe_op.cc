@@ -62,8 +62,8 @@ void run_dense(const OpCall& c, const float* x, int64_t rows, int64_t d, int64_t
   for (int64_t ex = 0; ex < n_exp; ++ex) {
     const TensorArg* w = c.in + 2 + ex * per;
     c.pool->parallel_for(f, 16, [&](int64_t b, int64_t e) {
-      c.kt->gemm_nt(rows, b, e, d, x, d, w[0].f32(), d, hbuf, f);
-      if (swiglu) c.kt->gemm_nt(rows, b, e, d, x, d, w[1].f32(), d, gbuf, f);
+      gemm_weight(c.kt, rows, b, e, d, x, d, w[0], hbuf, f);
+      if (swiglu) gemm_weight(c.kt, rows, b, e, d, x, d, w[1], gbuf, f);
       for (int64_t r = 0; r < rows; ++r) {
         float* h = hbuf + r * f + b;
         if (swiglu)
@@ -72,8 +72,8 @@ void run_dense(const OpCall& c, const float* x, int64_t rows, int64_t d, int64_t
           c.kt->gelu(h, e - b, h);
       }
     });
-    c.pool->parallel_for(
-        d, 16, [&](int64_t b, int64_t e) { c.kt->gemm_nt(rows, b, e, f, hbuf, f, w[per - 1].f32(), f, ybuf, d); });
+    c.pool->parallel_for(d, 16,
+                         [&](int64_t b, int64_t e) { gemm_weight(c.kt, rows, b, e, f, hbuf, f, w[per - 1], ybuf, d); });
     for (int64_t t = 0; t < rows; ++t) {
       float mask_weight = 0.0f;
       for (int64_t j = 0; j < k; ++j)
@@ -168,8 +168,8 @@ void run_Moe(const OpCall& c) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
       const TensorArg* w = c.in + 2 + ex * per;
-      c.kt->gemm_nt(cnt, b, e, d, xg + r0 * d, d, w[0].f32(), d, hbuf + r0 * f, f);
-      if (swiglu) c.kt->gemm_nt(cnt, b, e, d, xg + r0 * d, d, w[1].f32(), d, gbuf + r0 * f, f);
+      gemm_weight(c.kt, cnt, b, e, d, xg + r0 * d, d, w[0], hbuf + r0 * f, f);
+      if (swiglu) gemm_weight(c.kt, cnt, b, e, d, xg + r0 * d, d, w[1], gbuf + r0 * f, f);
       for (int64_t r = r0; r < r0 + cnt; ++r) {
         float* h = hbuf + r * f + b;
         if (swiglu)
@@ -185,7 +185,7 @@ void run_Moe(const OpCall& c) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
-      c.kt->gemm_nt(cnt, b, e, f, hbuf + r0 * f, f, c.in[2 + ex * per + per - 1].f32(), f, ybuf + r0 * d, d);
+      gemm_weight(c.kt, cnt, b, e, f, hbuf + r0 * f, f, c.in[2 + ex * per + per - 1], ybuf + r0 * d, d);
     }
   });
 

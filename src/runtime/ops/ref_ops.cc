@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/ops/op_call.h"
+#include "util/half.h"
 
 namespace k3::runtime {
 namespace {
@@ -54,8 +55,25 @@ void linear_rows(const float* x, int64_t rows, int64_t k_dim, const float* w, in
     }
 }
 
+// A weight argument as f32: in place for f32, widened (exactly) into a copy
+// for bf16. The reference allocates freely; it is the oracle, not the hot path.
+struct WeightF32 {
+  std::vector<float> owned;
+  const float* data;
+};
+
+WeightF32 weight_f32(const TensorArg& w) {
+  if (w.value->dtype != ir::DType::kBF16) return {{}, w.f32()};
+  const int64_t n = w.dim(0) * w.cols();
+  WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
+  const auto* h = static_cast<const uint16_t*>(w.data);
+  for (int64_t i = 0; i < n; ++i) out.owned[static_cast<size_t>(i)] = bf16_to_f32(h[i]);
+  out.data = out.owned.data();
+  return out;
+}
+
 void ref_Linear(const OpCall& c) {
-  linear_rows(c.in[0].f32(), c.in[0].rows, c.in[0].cols(), c.in[1].f32(), c.in[1].dim(0), c.out[0].f32());
+  linear_rows(c.in[0].f32(), c.in[0].rows, c.in[0].cols(), weight_f32(c.in[1]).data, c.in[1].dim(0), c.out[0].f32());
 }
 
 void ref_Add(const OpCall& c) {
@@ -143,14 +161,14 @@ void ref_Moe(const OpCall& c) {
       const int64_t e = order[static_cast<size_t>(j)];
       const double wgt = std::exp(static_cast<double>(logits[static_cast<size_t>(e)]) - mx) / sum;
       const TensorArg* w = c.in + 2 + e * per;
-      linear_rows(x, 1, d, w[0].f32(), f, h.data());
+      linear_rows(x, 1, d, weight_f32(w[0]).data, f, h.data());
       if (swiglu) {
-        linear_rows(x, 1, d, w[1].f32(), f, g.data());
+        linear_rows(x, 1, d, weight_f32(w[1]).data, f, g.data());
         for (int64_t i = 0; i < f; ++i) h[i] = static_cast<float>(g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * h[i]);
       } else {
         for (int64_t i = 0; i < f; ++i) h[i] = static_cast<float>(0.5 * h[i] * (1.0 + std::erf(h[i] / std::sqrt(2.0))));
       }
-      linear_rows(h.data(), 1, f, w[per - 1].f32(), d, y.data());
+      linear_rows(h.data(), 1, f, weight_f32(w[per - 1]).data, d, y.data());
       for (int64_t i = 0; i < d; ++i) acc[i] += wgt * y[i];
     }
     for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(acc[i]);
@@ -172,6 +190,7 @@ OpFn ref_op(ir::OpKind op) {
     return &ref_##e;
     K3_OP_LIST(K3_OP_REF)
 #undef K3_OP_REF
+    default: break;  // onnx.* ops: the O0 interpreter's kernels (runtime/interp)
   }
   return nullptr;
 }

@@ -1,0 +1,52 @@
+// The ordered pass pipeline: which passes run at which --opt-level, and the
+// per-pass record that goes into the compile report.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+#include "passes/pass.h"
+#include "util/status.h"
+
+namespace k3::passes {
+
+struct PassInfo {
+  std::string_view name;
+  std::string_view summary;
+  int min_opt_level;  // runs when --opt-level >= this
+};
+
+// Every pass, in pipeline order.
+std::vector<PassInfo> list_passes();
+
+struct PipelineOptions {
+  int opt_level = 3;                  // 0..3
+  std::vector<std::string> disabled;  // pass names (--disable-pass)
+  std::string precision = "fp32";     // weight precision (--precision): fp32 | bf16
+};
+
+// Unknown pass names or an opt level outside 0..3 -> error naming it.
+Status check_pipeline_options(const PipelineOptions& options);
+
+struct PassRecord {
+  std::string name;
+  bool ran = false;  // false: below its opt level or disabled
+  bool changed = false;
+  int64_t nodes_before = 0;
+  int64_t nodes_after = 0;
+  double ms = 0;
+  PassStats stats;
+};
+
+struct PipelineReport {
+  std::vector<PassRecord> passes;
+};
+
+// Runs the pipeline on g; the graph is verified after every pass that changed
+// it, so a pass that breaks an invariant is named.
+StatusOr<PipelineReport> run_pipeline(ir::Graph& g, const PipelineOptions& options);
+
+}  // namespace k3::passes

@@ -1,0 +1,23 @@
+// weight-precision: see weight_precision.cc.
+#pragma once
+
+#include <string>
+
+#include "passes/pass.h"
+
+namespace k3::passes {
+
+class WeightPrecision final : public Pass {
+ public:
+  explicit WeightPrecision(std::string precision) : precision_(std::move(precision)) {}
+  std::string_view name() const override { return "weight-precision"; }
+  std::string_view summary() const override {
+    return "store Linear and expert weights in --precision (bf16: half the bytes each decode step reads)";
+  }
+  StatusOr<bool> run(ir::Graph& g) override;
+
+ private:
+  std::string precision_;
+};
+
+}  // namespace k3::passes

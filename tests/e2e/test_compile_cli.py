@@ -1,0 +1,121 @@
+"""``k3 compile`` end to end: a checkpoint compiled to ``.k3m`` generates the
+PyTorch reference's greedy tokens at every opt level; the report and
+``--list-passes`` say what ran; damaged files and bad flags fail cleanly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from k3_e2e import K3Runner
+from k3ref.generate import greedy_generate
+from test_cli_errors import assert_k3_error
+
+PROMPT = [5, 17, 42, 99]
+STEPS = 16
+
+
+def compile_model(k3: K3Runner, src: Path, out: Path, *flags: str) -> None:
+    res = k3.run("compile", src, "--out", out, *flags, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert out.is_file()
+
+
+@pytest.mark.parametrize("model", ["k3-small", "moe-swiglu-small"])
+@pytest.mark.parametrize("opt_level", ["0", "3"])
+def test_k3m_generates_reference_tokens(k3, checkpoints, ref_model, tmp_path, model, opt_level):
+    out = tmp_path / f"{model}-O{opt_level}.k3m"
+    compile_model(k3, checkpoints[model], out, "--opt-level", opt_level, "--input-shape", "batch=1,seq=32,ctx=256")
+    want, _ = greedy_generate(ref_model(checkpoints[model]), PROMPT, STEPS)
+    got = k3.generate_ids(out, [PROMPT], max_new_tokens=STEPS, temperature=0)
+    assert got == [want]
+
+
+def test_report_and_list_passes(k3, checkpoints, tmp_path):
+    res = k3.run("compile", "--list-passes")
+    assert res.returncode == 0 and "dead-code" in res.stdout and "memory-plan" in res.stdout
+    out, rep = tmp_path / "m.k3m", tmp_path / "report.json"
+    compile_model(k3, checkpoints["k3-tiny"], out, "--report", rep, "--dump-ir", tmp_path / "ir.txt")
+    report = json.loads(rep.read_text())
+    for graph in ("decode", "prefill"):
+        g = report["graphs"][graph]
+        assert [p["pass"] for p in g["passes"]][0] == "dead-code"
+        plan = g["memory_plan"]
+        assert 0 < plan["arena_bytes"] < plan["no_reuse_bytes"]
+        assert plan["saved_bytes"] == plan["no_reuse_bytes"] - plan["arena_bytes"]
+        assert g["ops"]["Moe"] == 2 and g["ops"]["CachedAttention"] == 2  # k3-tiny: 2 layers
+    assert report["file_bytes"] == out.stat().st_size
+    ir = (tmp_path / "ir.txt").read_text()
+    assert "# decode" in ir and "CachedAttention" in ir
+
+
+def test_disabled_pass_is_reported_not_run(k3, checkpoints, tmp_path):
+    rep = tmp_path / "report.json"
+    compile_model(k3, checkpoints["k3-tiny"], tmp_path / "m.k3m", "--disable-pass", "dead-code", "--report", rep)
+    passes = json.loads(rep.read_text())["graphs"]["decode"]["passes"]
+    assert passes[0]["pass"] == "dead-code" and passes[0]["ran"] is False
+
+
+def test_batch_beyond_compiled_shape_is_an_error(k3, checkpoints, tmp_path):
+    out = tmp_path / "b1.k3m"
+    compile_model(k3, checkpoints["k3-tiny"], out, "--input-shape", "batch=1")
+    res = k3.run("generate", "--model", out, "--prompt-ids", "1,2", "--prompt-ids", "3,4", "-n", "2")
+    assert_k3_error(res, "compiled for 1")
+
+
+@pytest.mark.parametrize(
+    "cut,needle", [(0, "truncated"), (100, "truncated"), (-1, "truncated")],
+)
+def test_truncated_k3m_is_an_error(k3, checkpoints, tmp_path, cut, needle):
+    out = tmp_path / "m.k3m"
+    compile_model(k3, checkpoints["k3-tiny"], out)
+    data = out.read_bytes()
+    bad = tmp_path / "bad.k3m"
+    bad.write_bytes(data[: cut if cut >= 0 else len(data) + cut])
+    res = k3.run("generate", "--model", bad, "--prompt-ids", "1,2", "-n", "2")
+    assert res.returncode > 0 and res.returncode < 128
+    assert res.stderr.startswith("k3: error:") and res.stderr.count("\n") == 1
+
+
+def test_corrupt_weight_byte_is_an_error(k3, checkpoints, tmp_path):
+    out = tmp_path / "m.k3m"
+    compile_model(k3, checkpoints["k3-tiny"], out)
+    data = bytearray(out.read_bytes())
+    data[-100] ^= 0x01
+    bad = tmp_path / "bad.k3m"
+    bad.write_bytes(bytes(data))
+    assert_k3_error(k3.run("generate", "--model", bad, "--prompt-ids", "1,2", "-n", "2"), "checksum")
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--input-shape", "bogus=3"], "unknown dimension 'bogus'"),
+        (["--input-shape", "batch=0"], "not a positive integer"),
+        (["--disable-pass", "no-such-pass"], "unknown pass 'no-such-pass'"),
+        (["--precision", "int3"], "precision 'int3'"),
+        (["--input-shape", "ctx=999999"], "max_seq_len"),
+    ],
+)
+def test_bad_compile_flags(k3, checkpoints, tmp_path, flags, needle):
+    res = k3.run("compile", checkpoints["k3-tiny"], "--out", tmp_path / "x.k3m", *flags)
+    assert_k3_error(res, needle)
+    assert not (tmp_path / "x.k3m").exists()
+
+
+def test_bf16_halves_the_weights_read(k3, checkpoints, tmp_path):
+    """--precision bf16 stores Linear and expert matrices in bf16: the file and
+    the bytes a decode step reads shrink to about half; generation still runs
+    (its quality against fp32 is measured by the precision tests in C++)."""
+    f32, bf16 = tmp_path / "f32.k3m", tmp_path / "bf16.k3m"
+    compile_model(k3, checkpoints["k3-small"], f32)
+    compile_model(k3, checkpoints["k3-small"], bf16, "--precision", "bf16")
+    ratio = bf16.stat().st_size / f32.stat().st_size
+    assert 0.45 < ratio < 0.62, ratio
+    a = k3.generate(f32, [PROMPT], max_new_tokens=4, temperature=0)
+    b = k3.generate(bf16, [PROMPT], max_new_tokens=4, temperature=0)
+    wb = b["weight_bytes_per_token"] / a["weight_bytes_per_token"]
+    assert 0.45 < wb < 0.6, wb
+    assert len(b["generated_ids"][0]) == 4

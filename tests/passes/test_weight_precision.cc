@@ -1,0 +1,176 @@
+// weight-precision pass: which weights become bf16, a must-not-convert test
+// per guard, and numerical equivalence of a bf16-compiled model to its fp32
+// original (within bf16's rounding) and of its fast ops to the reference ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../runtime/test_models.h"
+#include "compiled/compiled_model.h"
+#include "passes/weight_precision.h"
+#include "runtime/engine.h"
+#include "util/half.h"
+
+namespace k3::passes {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+using ir::RowDim;
+
+std::vector<float>& weights() {
+  static std::vector<float> w = [] {
+    std::vector<float> v(4096);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i)) * 0.1f;
+    return v;
+  }();
+  return w;
+}
+
+int node(ir::Graph& g, OpKind op, const std::string& name, std::vector<int> in, std::vector<ir::Attr> attrs = {}) {
+  auto r = g.add_node(op, name, std::move(in), std::move(attrs));
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? (*r)[0] : -1;
+}
+
+// tokens -> Embedding(table) -> Linear(w) -> Moe(gate, 2 experts) -> Linear(table) (tied)
+ir::Graph small_graph() {
+  ir::Graph g;
+  const float* w = weights().data();
+  const int tokens = g.add_input("tokens", DType::kI32, {2}, RowDim::kTokens);
+  const int table = g.add_weight("table", DType::kF32, {16, 8}, w);
+  const int x = node(g, OpKind::kEmbedding, "embed", {table, tokens});
+  const int wq = g.add_weight("proj.weight", DType::kF32, {8, 8}, w + 7);
+  const int h = node(g, OpKind::kLinear, "proj", {x, wq});
+  std::vector<int> moe_in{h, g.add_weight("gate", DType::kF32, {2, 8}, w + 11)};
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {4, 8}, w + 100 * e));
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {8, 4}, w + 100 * e + 50));
+  }
+  const int y = node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}});
+  g.mark_output(node(g, OpKind::kLinear, "output", {y, table}));
+  return g;
+}
+
+DType dtype_of_input(const ir::Graph& g, const std::string& node_name, size_t i) {
+  for (const ir::Node& n : g.nodes())
+    if (n.name == node_name) return g.value(n.inputs[i]).dtype;
+  ADD_FAILURE() << "no node " << node_name;
+  return DType::kF32;
+}
+
+TEST(WeightPrecision, ConvertsLinearAndExpertWeightsToBf16) {
+  ir::Graph g = small_graph();
+  WeightPrecision pass("bf16");
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kBF16);
+  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16) << i;
+  // Values are rounded to nearest even.
+  const int id = g.find_value("proj.weight");
+  ASSERT_GE(id, 0);
+  const auto* h = static_cast<const uint16_t*>(g.value(id).data);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(h[i], f32_to_bf16(weights()[7 + i])) << i;
+  // A second run changes nothing.
+  WeightPrecision again("bf16");
+  auto changed2 = again.run(g);
+  ASSERT_TRUE(changed2.ok());
+  EXPECT_FALSE(*changed2);
+}
+
+TEST(WeightPrecision, MustNotConvertGate) {
+  ir::Graph g = small_graph();
+  ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
+  EXPECT_EQ(dtype_of_input(g, "moe", 1), DType::kF32);
+}
+
+TEST(WeightPrecision, MustNotConvertTiedWeightForItsOtherReader) {
+  // "table" is both the embedding table and the output projection: the
+  // output reads a bf16 copy, the embedding keeps reading f32.
+  ir::Graph g = small_graph();
+  ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
+  EXPECT_EQ(dtype_of_input(g, "embed", 0), DType::kF32);
+  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16);
+}
+
+TEST(WeightPrecision, MustNotConvertActivationsOrNonF32Weights) {
+  ir::Graph g;
+  const int x = g.add_input("x", DType::kF32, {2, 8}, RowDim::kTokens);
+  const int a = g.add_input("w_act", DType::kF32, {8, 8}, RowDim::kFixed);  // weight fed at run time
+  std::vector<uint16_t> bf(64, 0x3f80);
+  const int b = g.add_weight("w_bf16", DType::kBF16, {8, 8}, bf.data());
+  const int y = node(g, OpKind::kLinear, "act", {x, a});
+  g.mark_output(node(g, OpKind::kLinear, "already", {y, b}));
+  WeightPrecision pass("bf16");
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+  EXPECT_EQ(dtype_of_input(g, "act", 1), DType::kF32);
+  EXPECT_EQ(g.value(g.nodes()[1].inputs[1]).data, bf.data());
+}
+
+TEST(WeightPrecision, Fp32IsANoOpAndOthersAreRefused) {
+  ir::Graph g = small_graph();
+  auto r = WeightPrecision("fp32").run(g);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(*r);
+  auto bad = WeightPrecision("int3").run(g);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("int3"), std::string::npos);
+}
+
+// End to end on k3-tiny: bf16 logits stay close to fp32 (bf16 has 8 bits of
+// mantissa: relative weight error <= 2^-9), and the fast bf16 ops agree with
+// the reference ops on the same bf16 weights.
+std::vector<float> last_logits(runtime::Engine& e, const std::vector<int32_t>& toks) {
+  const int64_t n = static_cast<int64_t>(toks.size());
+  std::vector<int32_t> p(toks.size()), s(toks.size(), 0);
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  const int32_t row = static_cast<int32_t>(n - 1);
+  auto r = e.step({toks.data(), p.data(), s.data(), n, &row, 1});
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? std::vector<float>(*r, *r + e.config().vocab_size) : std::vector<float>{};
+}
+
+std::unique_ptr<runtime::Engine> engine(const std::string& precision, bool reference) {
+  CompileOptions o;
+  o.prefill_chunk = 16;
+  o.ctx_len = 64;
+  o.precision = precision;
+  auto m = compile_checkpoint(k3::testing::model_dir("k3-tiny"), o);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  runtime::EngineOptions eo;
+  eo.threads = 2;
+  eo.reference = reference;
+  auto e = runtime::Engine::create(std::move(m).value(), eo);
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return std::move(e).value();
+}
+
+TEST(WeightPrecision, Bf16ModelStaysCloseToFp32AndMatchesReferenceOps) {
+  const std::vector<int32_t> prompt{5, 17, 42, 99, 3, 1};
+  auto f32 = engine("fp32", false);
+  auto bf = engine("bf16", false);
+  auto bf_ref = engine("bf16", true);
+  EXPECT_LT(bf->weight_bytes_per_token(), f32->weight_bytes_per_token() * 3 / 4);
+  const auto a = last_logits(*f32, prompt), b = last_logits(*bf, prompt), r = last_logits(*bf_ref, prompt);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(b.size(), r.size());
+  float max_abs = 0, err_f32 = 0, err_ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(a[i]));
+    err_f32 = std::max(err_f32, std::fabs(a[i] - b[i]));
+    err_ref = std::max(err_ref, std::fabs(r[i] - b[i]));
+  }
+  EXPECT_GT(err_f32, 0.0f) << "bf16 weights should change the logits a little";
+  EXPECT_LE(err_f32, 2e-2f * std::max(1.0f, max_abs));
+  EXPECT_LE(err_ref, 1e-4f * std::max(1.0f, max_abs));
+}
+
+}  // namespace
+}  // namespace k3::passes
