@@ -26,6 +26,7 @@ namespace {
 constexpr int64_t kW = 16;      // floats per vector
 constexpr int64_t kGemmMr = 4;  // rows of A per gemm micro-tile
 constexpr int64_t kGemmNr = 4;  // rows of W per gemm micro-tile (4x4 acc + 4 W + 1 A = 21 zmm)
+constexpr int kGemvNr = 8;      // rows of W per tile when M = 1 (8 acc + 8 W + 1 A = 17 zmm)
 
 // Lanes [0, n) set, 0 <= n <= 16.
 inline __mmask16 tail_mask(int64_t n) {
@@ -178,6 +179,15 @@ constexpr GemmTileFn<WT> kGemmTiles[kGemmMr][kGemmNr] = {
 template <class WT>
 void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
                float* C, int64_t ldc) {
+  // One row of A (batch-1 decode): wider tiles of W keep more independent
+  // streams and FMA chains in flight per thread. Same per-element sequence
+  // as every other tile, so results are unchanged bit for bit.
+  if (M == 1) {
+    for (; n0 + kGemvNr <= n1; n0 += kGemvNr) {
+      const WT* w = W + n0 * ldw;
+      gemm_tile<WT, 1, kGemvNr>(K, A, lda, w, ldw, C + n0, ldc, n0 + 2 * kGemvNr <= n1 ? w + kGemvNr * ldw : nullptr);
+    }
+  }
   for (int64_t n = n0; n < n1; n += kGemmNr) {
     const int64_t nr = min64(kGemmNr, n1 - n);
     const WT* w = W + n * ldw;
