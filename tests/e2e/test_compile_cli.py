@@ -119,3 +119,28 @@ def test_bf16_halves_the_weights_read(k3, checkpoints, tmp_path):
     wb = b["weight_bytes_per_token"] / a["weight_bytes_per_token"]
     assert 0.45 < wb < 0.6, wb
     assert len(b["generated_ids"][0]) == 4
+
+
+def _quality(k3, ref, model, positions):
+    res = k3.run("quality", "--ref", ref, "--model", model, "--positions", positions, "--json", timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_quality_of_bf16_against_fp32(k3, checkpoints, tmp_path):
+    """k3 quality: a model against itself agrees everywhere with KL 0; bf16
+    weights cost a little (KL > 0) but keep the top-1 choice almost always.
+    The bounds are loose on purpose: k3-small (seed 7) measures 0.984 / 7e-4."""
+    same = _quality(k3, checkpoints["k3-small"], checkpoints["k3-small"], 32)
+    assert same["top1_agreement"] == 1.0 and same["mean_kl"] == 0.0
+    bf16 = tmp_path / "bf16.k3m"
+    compile_model(k3, checkpoints["k3-small"], bf16, "--precision", "bf16")
+    q = _quality(k3, checkpoints["k3-small"], bf16, 128)
+    assert q["positions"] == 128
+    assert q["top1_agreement"] >= 0.9
+    assert 0.0 < q["mean_kl"] < 0.01
+
+
+def test_quality_rejects_positions_beyond_context(k3, checkpoints):
+    res = k3.run("quality", "--ref", checkpoints["k3-tiny"], "--model", checkpoints["k3-tiny"], "--positions", "300")
+    assert_k3_error(res, "exceed the models' context")

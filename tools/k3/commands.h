@@ -27,6 +27,7 @@ Registered add_run(CLI::App& app);
 Registered add_tokenize(CLI::App& app);
 Registered add_detokenize(CLI::App& app);
 Registered add_compile(CLI::App& app);
+Registered add_quality(CLI::App& app);
 
 // Prints "k3: error: <message>" on stderr and returns the exit code for it.
 int report(const Status& status);
