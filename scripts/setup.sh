@@ -34,8 +34,8 @@ fi
 if ! .venv/bin/python -c "import torch, numpy, safetensors, pytest" >/dev/null 2>&1; then
   .venv/bin/pip install -q -r python/requirements.txt
 fi
-# ONNX export and the peer engines (bench/peers.py): onnx, onnxruntime, onnxscript.
-if ! .venv/bin/python -c "import onnx, onnxruntime, onnxscript" >/dev/null 2>&1; then
+# ONNX and GGUF export and the peer engines (bench/peers.py): onnx, onnxruntime, onnxscript, gguf.
+if ! .venv/bin/python -c "import onnx, onnxruntime, onnxscript, gguf" >/dev/null 2>&1; then
   .venv/bin/pip install -q -r python/requirements-export.txt
 fi
 # The tokenizer conformance tests compare with PyPI tokenizers.

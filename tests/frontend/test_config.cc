@@ -346,7 +346,7 @@ TEST(Presets, AllValidate) {
 
 TEST(Presets, IssueNamesArePresent) {
   const std::vector<std::string> names = k3::preset_names();
-  for (const char* n : {"k3-tiny", "k3-small", "k3-base", "moe-swiglu-small"})
+  for (const char* n : {"k3-tiny", "k3-small", "k3-base", "moe-swiglu-small", "moe-swiglu-base"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
 }
 
@@ -356,6 +356,25 @@ TEST(Presets, SwigluSmallUsesRmsNormAndSwiglu) {
   EXPECT_EQ(r->norm_type, k3::NormType::kRmsNorm);
   EXPECT_EQ(r->expert_type, k3::ExpertType::kSwiglu);
   EXPECT_EQ(r->expert_matrices(), 3);
+}
+
+TEST(Presets, SwigluBaseIsTheIssuesPeerModel) {
+  // vocab 32000, d_model 512, 32 layers, 8/8 heads of 64, 8 experts top-2,
+  // d_ff 1024, 2048 positions, rmsnorm + swiglu.
+  auto r = k3::preset_config("moe-swiglu-base");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->vocab_size, 32000);
+  EXPECT_EQ(r->d_model, 512);
+  EXPECT_EQ(r->n_layers, 32);
+  EXPECT_EQ(r->n_heads, 8);
+  EXPECT_EQ(r->n_kv_heads, 8);
+  EXPECT_EQ(r->head_dim, 64);
+  EXPECT_EQ(r->n_experts, 8);
+  EXPECT_EQ(r->top_k, 2);
+  EXPECT_EQ(r->d_ff, 1024);
+  EXPECT_EQ(r->max_seq_len, 2048);
+  EXPECT_EQ(r->norm_type, k3::NormType::kRmsNorm);
+  EXPECT_EQ(r->expert_type, k3::ExpertType::kSwiglu);
 }
 
 TEST(Presets, BaseParameterCounts) {

@@ -161,7 +161,7 @@ int64_t ModelConfig::params_read_per_token() const {
   return vocab_size * d + d + n_layers * layer + norm;
 }
 
-std::vector<std::string> preset_names() { return {"k3-tiny", "k3-small", "k3-base", "moe-swiglu-small"}; }
+std::vector<std::string> preset_names() { return {"k3-tiny", "k3-small", "k3-base", "moe-swiglu-small", "moe-swiglu-base"}; }
 
 StatusOr<ModelConfig> preset_config(const std::string& name) {
   ModelConfig c;
@@ -180,6 +180,13 @@ StatusOr<ModelConfig> preset_config(const std::string& name) {
   } else if (name == "k3-base") {
     c.vocab_size = 32000, c.d_model = 512, c.n_layers = 32, c.n_heads = 5, c.n_kv_heads = 5, c.head_dim = 64;
     c.n_experts = 8, c.d_ff = 1536, c.max_seq_len = 2048;
+  } else if (name == "moe-swiglu-base") {
+    // k3-base's size class in an architecture llama.cpp runs (llama with
+    // experts, as Mixtral): the peer comparison preset.
+    c.vocab_size = 32000, c.d_model = 512, c.n_layers = 32, c.n_heads = 8, c.n_kv_heads = 8, c.head_dim = 64;
+    c.n_experts = 8, c.d_ff = 1024, c.max_seq_len = 2048;
+    c.norm_type = NormType::kRmsNorm;
+    c.expert_type = ExpertType::kSwiglu;
   } else {
     std::string names;
     for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
