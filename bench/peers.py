@@ -34,7 +34,16 @@ Engines:
   (``k3ref.export_onnx``, exported on the fly into a temp dir before any
   timing), CPU provider, ORT_ENABLE_ALL, ``intra_op_num_threads=T``;
   present -> past fed back each step.
-* **llama.cpp** -- not yet: needs a GGUF exporter for the moe-swiglu presets.
+* **llama.cpp** -- the same checkpoint exported to GGUF (``k3ref.export_gguf``,
+  ``--gguf-type f32|bf16|q8_0``; rmsnorm + swiglu models such as
+  ``moe-swiglu-base``), run through llama-cpp-python built from source with
+  native flags (``CMAKE_ARGS=-DGGML_NATIVE=ON pip install --no-binary
+  llama-cpp-python llama-cpp-python``), ``n_threads=T``; greedy on its logits.
+  Its greedy tokens are compared with PyTorch's (same weights, so they match
+  in f32).
+
+``--k3-model`` runs K3 on another file of the same weights (e.g. a bf16
+``.k3m`` from ``k3 compile --precision bf16``) to compare like with like.
 
 Peers come from PyPI (onnxruntime, see python/requirements-export.txt);
 nothing is vendored. ``--json`` writes settings, machine and raw per-run
@@ -183,14 +192,14 @@ def k3_binary(explicit: Optional[str]) -> Path:
     return Path(env) if env else REPO / "build" / "bin" / "k3"
 
 
-def run_k3(binary: Path, settings: Settings, workdir: Path) -> EngineResult:
+def run_k3(binary: Path, settings: Settings, workdir: Path, k3_model: Optional[str] = None) -> EngineResult:
     """``k3 bench`` at batch 1; reads results[0] of its JSON."""
     out = workdir / "k3-bench.json"
     cmd = [
         str(binary),
         "bench",
         "--model",
-        settings.model,
+        k3_model or settings.model,
         "--batch",
         "1",
         "--prompt-len",
@@ -223,6 +232,31 @@ def run_k3(binary: Path, settings: Settings, workdir: Path) -> EngineResult:
         decode_tok_s=point["decode_tokens_per_s"]["median"],
         note="k3 bench --temp 0",
     )
+
+
+def run_llama_cpp(gguf_path: Path, gguf_type: str, settings: Settings, prompt: np.ndarray) -> EngineResult:
+    """llama.cpp (llama-cpp-python) on the GGUF export of the same weights."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(
+        model_path=str(gguf_path),
+        n_ctx=settings.prompt_len + settings.gen_len,
+        # scores has n_batch rows and the last logits land at row n_tokens - 1.
+        n_batch=settings.prompt_len + settings.gen_len,
+        n_threads=settings.threads,
+        n_threads_batch=settings.threads,
+        verbose=False,
+    )
+
+    def step(ids: np.ndarray, cache: Any) -> tuple[np.ndarray, Any]:
+        if cache is None:
+            llm.reset()
+        llm.eval([int(t) for t in ids[0]])
+        return np.asarray(llm.scores[llm.n_tokens - 1]), True
+
+    result = measure("llama.cpp", step, settings, prompt)
+    result.note = f"llama-cpp-python {llama_cpp.__version__}, GGUF {gguf_type}"
+    return result
 
 
 def run_torch(model: K3Model, settings: Settings, prompt: np.ndarray) -> EngineResult:
@@ -348,7 +382,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--engines",
         default="k3,torch,ort",
-        help="comma-separated subset of k3,torch,ort (default all)",
+        help="comma-separated subset of k3,torch,ort,llama (default k3,torch,ort)",
+    )
+    parser.add_argument(
+        "--k3-model", default=None, help="model file K3 runs (default --model; e.g. a bf16 .k3m)"
+    )
+    parser.add_argument(
+        "--gguf-type", choices=("f32", "bf16", "q8_0"), default="f32", help="weights llama.cpp runs"
     )
     parser.add_argument(
         "--k3-bin", default=None, help="k3 binary (default $K3_BIN or build/bin/k3)"
@@ -368,7 +408,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_arg_parser()
     args = parser.parse_args(argv)
     engines = {e.strip() for e in args.engines.split(",") if e.strip()}
-    if not engines <= {"k3", "torch", "ort"}:
+    if not engines <= {"k3", "torch", "ort", "llama"}:
         parser.error(f"unknown engine(s) in --engines {args.engines!r}")
     if min(args.prompt_len, args.gen_len, args.threads, args.repeat) < 1 or args.warmup < 0:
         parser.error("--prompt-len, --gen-len, --threads and --repeat must be >= 1; --warmup >= 0")
@@ -418,7 +458,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"K3: {binary} bench ...", file=sys.stderr)
             if binary.is_file():
                 with OtherLoad() as load:
-                    rows.append(run_k3(binary, settings, workdir))
+                    rows.append(run_k3(binary, settings, workdir, args.k3_model))
+                if args.k3_model:
+                    rows[-1].note += f" on {Path(args.k3_model).name}"
                 rows[-1].other_load_cores = load.cores
             else:
                 rows.append(EngineResult("K3", note=f"not run: {binary} not found"))
@@ -441,18 +483,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 rows[-1].other_load_cores = load.cores
             else:
                 rows.append(EngineResult("ONNX Runtime", note=ort_note))
-        rows.append(
-            EngineResult(
-                "llama.cpp", note="not yet: needs a GGUF exporter for the moe-swiglu presets"
-            )
-        )
+        if "llama" in engines:
+            try:
+                import llama_cpp  # noqa: F401
+
+                from k3ref.export_gguf import export_gguf
+
+                gguf_path = workdir / f"model.{args.gguf_type}.gguf"
+                print(f"exporting GGUF ({args.gguf_type}) ...", file=sys.stderr)
+                export_gguf(args.model, gguf_path, args.gguf_type)
+                print("llama.cpp ...", file=sys.stderr)
+                with OtherLoad() as load:
+                    rows.append(run_llama_cpp(gguf_path, args.gguf_type, settings, prompt))
+                rows[-1].other_load_cores = load.cores
+            except ImportError as exc:
+                rows.append(EngineResult("llama.cpp", note=f"not run: {exc} (see the docstring to build it)"))
+            except ValueError as exc:
+                rows.append(EngineResult("llama.cpp", note=f"not run: {exc}"))
 
     by_name = {r.engine: r for r in rows}
-    if "PyTorch eager" in by_name and "ONNX Runtime" in by_name:
-        same = by_name["PyTorch eager"].generated == by_name["ONNX Runtime"].generated
-        by_name["ONNX Runtime"].note += (
-            "; same greedy tokens as PyTorch" if same else "; greedy tokens DIFFER from PyTorch"
-        )
+    for peer in ("ONNX Runtime", "llama.cpp"):
+        if "PyTorch eager" in by_name and by_name.get(peer) and by_name[peer].generated:
+            same = by_name["PyTorch eager"].generated == by_name[peer].generated
+            by_name[peer].note += (
+                "; same greedy tokens as PyTorch" if same else "; greedy tokens differ from PyTorch"
+            )
 
     table = markdown_table(rows, settings, machine)
     print(table)
