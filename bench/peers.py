@@ -241,18 +241,20 @@ def run_llama_cpp(gguf_path: Path, gguf_type: str, settings: Settings, prompt: n
     llm = llama_cpp.Llama(
         model_path=str(gguf_path),
         n_ctx=settings.prompt_len + settings.gen_len,
-        # scores has n_batch rows and the last logits land at row n_tokens - 1.
-        n_batch=settings.prompt_len + settings.gen_len,
+        n_batch=settings.prompt_len,
         n_threads=settings.threads,
         n_threads_batch=settings.threads,
         verbose=False,
     )
+    vocab = llm.n_vocab()
 
     def step(ids: np.ndarray, cache: Any) -> tuple[np.ndarray, Any]:
         if cache is None:
             llm.reset()
         llm.eval([int(t) for t in ids[0]])
-        return np.asarray(llm.scores[llm.n_tokens - 1]), True
+        # Without logits_all, llama-cpp-python keeps no copy: read llama.cpp's
+        # logits of the last evaluated token directly.
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,)).copy(), True
 
     result = measure("llama.cpp", step, settings, prompt)
     result.note = f"llama-cpp-python {llama_cpp.__version__}, GGUF {gguf_type}"

@@ -87,3 +87,27 @@ def test_refuses_architectures_llama_cpp_lacks(checkpoints, tmp_path, capsys):
     assert main(["--model", str(checkpoints["k3-small"]), "--out", str(tmp_path / "x.gguf")]) == 2
     assert "rmsnorm + swiglu" in capsys.readouterr().err
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_llama_cpp_reproduces_reference_tokens(checkpoints, ref_model, tmp_path):
+    """Only where llama-cpp-python is installed (built from source; see
+    bench/peers.py): llama.cpp on the f32 export decodes the reference's greedy
+    tokens, teacher-forced, with logits close to the reference's."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from k3ref.generate import greedy_generate
+
+    src = checkpoints["moe-swiglu-small"]
+    out = tmp_path / "m.gguf"
+    export_gguf(src, out, "f32")
+    prompt = [5, 17, 42, 99, 300, 7]
+    ids, logits = greedy_generate(ref_model(src), prompt, 12)
+    llm = llama_cpp.Llama(model_path=str(out), n_ctx=64, n_threads=2, verbose=False)
+    vocab = llm.n_vocab()
+    llm.reset()
+    llm.eval(prompt)
+    for i in range(12):
+        got = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,)).copy()
+        want = logits[i].numpy()
+        assert int(np.argmax(got)) == ids[i], i
+        assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max(), i
+        llm.eval([ids[i]])
