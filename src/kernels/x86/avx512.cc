@@ -131,7 +131,7 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
   for (; k + kW <= K; k += kW) {
     if (prefetch != nullptr) {
 #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T0);
+      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T1);
     }
     __m512 w[NR];
 #pragma GCC unroll 4
