@@ -49,6 +49,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
   if (o.ctx_len < 1 || o.ctx_len > s.ctx_len)
     return invalid_argument("context size " + std::to_string(o.ctx_len) + " must be between 1 and " +
                             std::to_string(s.ctx_len) + ", the context the model was compiled for");
+  // Options that shape the graphs cannot be changed after compilation; asking
+  // for one the model was not compiled with is an error, not a silent no-op.
+  if (o.moe_dense)
+    for (const ir::Node& n : m.decode.nodes())
+      if (n.op == ir::OpKind::kMoe && n.attr_int("dense") == 0)
+        return invalid_argument("--moe-dense: this model was compiled without it (k3 compile --moe-dense)");
   // The compiled shapes are what the plans were built for.
   o.max_batch = s.n_slots;
   o.prefill_chunk = s.prefill_tokens;

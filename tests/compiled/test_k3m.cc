@@ -121,6 +121,10 @@ TEST(K3m, OptionsMustFitTheCompiledShapes) {
   EXPECT_HAS(e2.status().message(), "compiled for");
   o.ctx_len = 32;  // fewer positions than compiled is fine
   EXPECT_TRUE(runtime::Engine::load(path, o).ok());
+  o.moe_dense = true;  // a graph option the file was not compiled with
+  auto e3 = runtime::Engine::load(path, o);
+  ASSERT_FALSE(e3.ok());
+  EXPECT_HAS(e3.status().message(), "--moe-dense");
 }
 
 TEST(K3m, TruncatedFilesAreErrors) {

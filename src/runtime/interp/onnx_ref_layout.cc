@@ -161,17 +161,38 @@ Status ref_OnnxGather(KernelCtx& c) {
   return Status();
 }
 
-Status ref_OnnxGatherElements(KernelCtx& c) {
+namespace {
+
+// GatherElements/ScatterElements: data strides with the axis' zeroed (an
+// index replaces that coordinate), the axis' own stride and size, after
+// checking that the indices fit the data off the axis.
+struct ElementsAxis {
+  Shape strides;
+  int64_t axis_stride, dim;
+};
+
+StatusOr<ElementsAxis> elements_axis(const KernelCtx& c, const char* op) {
   const Tensor& data = *c.in[0];
   const int64_t axis = norm_axis(c.node.attr_int("axis", 0), data.rank());
-  const std::vector<int64_t> idx = index_values(*c.in[1]);
   const Shape& is = c.in[1]->shape();
   for (size_t d = 0; d < is.size(); ++d)
     if (static_cast<int64_t>(d) != axis && is[d] > data.shape()[d])
-      return invalid_argument("GatherElements indices shape exceeds the data shape off the axis");
-  Shape ds = strides_of(data.shape());
-  const int64_t axis_stride = ds[static_cast<size_t>(axis)], dim = data.shape()[static_cast<size_t>(axis)];
-  ds[static_cast<size_t>(axis)] = 0;
+      return invalid_argument(std::string(op) + " indices shape exceeds the data shape off the axis");
+  ElementsAxis ax{strides_of(data.shape()), 0, data.shape()[static_cast<size_t>(axis)]};
+  ax.axis_stride = ax.strides[static_cast<size_t>(axis)];
+  ax.strides[static_cast<size_t>(axis)] = 0;
+  return ax;
+}
+
+}  // namespace
+
+Status ref_OnnxGatherElements(KernelCtx& c) {
+  const Tensor& data = *c.in[0];
+  const std::vector<int64_t> idx = index_values(*c.in[1]);
+  const Shape& is = c.in[1]->shape();
+  K3_ASSIGN_OR_RETURN(const ElementsAxis ax, elements_axis(c, "GatherElements"));
+  const Shape& ds = ax.strides;
+  const int64_t axis_stride = ax.axis_stride, dim = ax.dim;
   const int64_t es = esize(data);
   Status st;
   for_each_index<1>(is, {ds}, [&](int64_t i, const std::array<int64_t, 1>& o) {
@@ -243,15 +264,11 @@ Status ref_OnnxScatterND(KernelCtx& c) {
 Status ref_OnnxScatterElements(KernelCtx& c) {
   K3_RETURN_IF_ERROR(copy_all(c));
   const Tensor& data = *c.in[0];
-  const int64_t axis = norm_axis(c.node.attr_int("axis", 0), data.rank());
   const std::vector<int64_t> idx = index_values(*c.in[1]);
   const Shape& is = c.in[1]->shape();
-  for (size_t d = 0; d < is.size(); ++d)
-    if (static_cast<int64_t>(d) != axis && is[d] > data.shape()[d])
-      return invalid_argument("ScatterElements indices shape exceeds the data shape off the axis");
-  Shape ds = strides_of(data.shape());
-  const int64_t axis_stride = ds[static_cast<size_t>(axis)], dim = data.shape()[static_cast<size_t>(axis)];
-  ds[static_cast<size_t>(axis)] = 0;
+  K3_ASSIGN_OR_RETURN(const ElementsAxis ax, elements_axis(c, "ScatterElements"));
+  const Shape& ds = ax.strides;
+  const int64_t axis_stride = ax.axis_stride, dim = ax.dim;
   const std::string red = reduction_of(c.node);
   return visit_all(data.dtype(), [&](auto tag) -> Status {
     using T = decltype(tag);
