@@ -2,6 +2,7 @@
 // compile report (per pass: matched, applied, nodes before/after; the
 // memory plan's arena bytes with and without reuse).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -120,8 +121,8 @@ int run_compile(const CompileFlags& f) {
         {"passes", passes}, {"nodes", g.nodes().size()}, {"ops", op_counts(g)}, {"memory_plan", memory_plan_json(g)}};
   }
   if (Status s = write_k3m(*m, f.out); !s.ok()) return report(s);
-  std::ifstream probe(f.out, std::ios::binary | std::ios::ate);
-  rep["file_bytes"] = static_cast<int64_t>(probe.tellg());
+  std::error_code ec;
+  rep["file_bytes"] = static_cast<int64_t>(std::filesystem::file_size(f.out, ec));
   if (!f.report.empty()) {
     std::ofstream out(f.report);
     out << rep.dump(2) << "\n";
