@@ -14,7 +14,7 @@
 
 #include "ir/graph.h"
 #include "ir/tensor.h"
-#include "runtime/interp/onnx_kernels.h"
+#include "kernels/onnx_ref/onnx_ref.h"
 
 namespace k3::runtime::interp {
 
@@ -44,7 +44,6 @@ class Interpreter {
 
  private:
   ir::Graph graph_;
-  std::vector<KernelFn> kernels_;  // per node
   std::vector<int> last_use_;      // per value: last node reading it
 };
 

@@ -8,10 +8,10 @@
 #include <type_traits>
 
 #include "ir/onnx_shape.h"
-#include "runtime/interp/onnx_kernels.h"
+#include "kernels/onnx_ref/onnx_ref.h"
 #include "util/half.h"
 
-namespace k3::runtime::interp {
+namespace k3::onnx_ref {
 namespace {
 
 using ir::DType;
@@ -460,4 +460,4 @@ Status ref_OnnxConstantOfShape(KernelCtx& c) {
   return Status();
 }
 
-}  // namespace k3::runtime::interp
+}  // namespace k3::onnx_ref

@@ -1,5 +1,7 @@
-// Scalar reference kernels of the onnx.* ops (ir/onnx_op_table.h) for the O0
-// interpreter, and the helpers they share (dtype dispatch, broadcasting).
+// Scalar reference kernels of the onnx.* ops (ir/onnx_op_table.h), the
+// helpers they share (dtype dispatch, broadcasting) and eval_node, which runs
+// one node. Used by the O0 interpreter and by constant folding at compile
+// time, so they depend on the IR only.
 //
 // Deliberately plain: one element at a time, index arithmetic recomputed,
 // no threads, no SIMD. They are the correctness baseline the optimized
@@ -16,7 +18,7 @@
 #include "ir/graph.h"
 #include "ir/tensor.h"
 
-namespace k3::runtime::interp {
+namespace k3::onnx_ref {
 
 using Shape = std::vector<int64_t>;
 
@@ -38,6 +40,18 @@ K3_ONNX_OP_LIST(K3_ONNX_DECLARE_REF)
 
 // The kernel of an onnx.* op; nullptr for fused ops.
 KernelFn onnx_kernel(ir::OpKind op);
+
+// Largest single tensor eval_node allocates (bigger -> error, not a crash).
+inline constexpr uint64_t kMaxTensorBytes = uint64_t{16} << 30;
+
+// Runs one onnx.* node on concrete inputs (nullptr = omitted optional):
+// infers the output shapes from them, allocates the outputs, computes
+// f16/bf16 in f32 where the op needs it, runs the reference kernel and
+// checks each result fits the compile-time type of its output value. The
+// O0 interpreter runs every node through this; constant folding runs the
+// nodes whose inputs are all constants. Errors name the node.
+StatusOr<std::vector<ir::Tensor>> eval_node(const ir::Graph& g, const ir::Node& n,
+                                            std::vector<const ir::Tensor*> in);
 
 // ---- shared helpers ----
 
@@ -148,4 +162,4 @@ inline int64_t norm_axis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
-}  // namespace k3::runtime::interp
+}  // namespace k3::onnx_ref

@@ -4,9 +4,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "runtime/interp/onnx_kernels.h"
+#include "kernels/onnx_ref/onnx_ref.h"
 
-namespace k3::runtime::interp {
+namespace k3::onnx_ref {
 namespace {
 
 using ir::Tensor;
@@ -297,4 +297,4 @@ Status ref_OnnxWhere(KernelCtx& c) {
   return Status();
 }
 
-}  // namespace k3::runtime::interp
+}  // namespace k3::onnx_ref

@@ -6,9 +6,9 @@
 #include <numeric>
 #include <type_traits>
 
-#include "runtime/interp/onnx_kernels.h"
+#include "kernels/onnx_ref/onnx_ref.h"
 
-namespace k3::runtime::interp {
+namespace k3::onnx_ref {
 namespace {
 
 using ir::Tensor;
@@ -316,4 +316,4 @@ Status ref_OnnxTrilu(KernelCtx& c) {
   return Status();
 }
 
-}  // namespace k3::runtime::interp
+}  // namespace k3::onnx_ref
