@@ -8,6 +8,16 @@
 
 namespace k3 {
 
+const char* executor_name(Executor e) {
+  switch (e) {
+    case Executor::kPlan:
+      return "plan";
+    case Executor::kOnnxDecoder:
+      return "onnx-decoder";
+  }
+  return "?";
+}
+
 Status check_compile_options(const CompileOptions& o, const ModelConfig& c) {
   if (o.batch < 1 || o.batch > 1024) return invalid_argument("batch must be between 1 and 1024");
   if (o.prefill_chunk < 1 || o.prefill_chunk > 8192)

@@ -24,9 +24,23 @@ struct CompiledShapes {
   int64_t ctx_len = 0;           // KV cache positions per slot
 };
 
+// How the runtime executes a compiled model's graphs.
+enum class Executor : uint8_t {
+  // Fused ops with static shapes: the planned executor (preallocated arena,
+  // fixed-slot KV cache), one graph per step shape.
+  kPlan,
+  // An imported ONNX decoder graph still in the onnx dialect (input_ids,
+  // position_ids, past_* -> logits, present_*), run op by op by the O0
+  // interpreter with the cache concatenated per step: the article's naive
+  // baseline. `decode` holds it (it serves prefill too); `prefill` is empty.
+  kOnnxDecoder,
+};
+const char* executor_name(Executor e);
+
 struct CompiledModel {
   ModelConfig config;
   CompiledShapes shapes;
+  Executor executor = Executor::kPlan;
   ir::Graph decode;
   ir::Graph prefill;
   std::string source;         // what it was compiled from (path)
@@ -55,5 +69,15 @@ Status check_compile_options(const CompileOptions& options, const ModelConfig& c
 // pass pipeline. Used by `k3 compile` and by the engine when it is given a
 // checkpoint directory instead of a .k3m.
 StatusOr<CompiledModel> compile_checkpoint(const std::string& dir, const CompileOptions& options);
+
+// True for a path ending in ".onnx".
+bool is_onnx_path(const std::string& path);
+
+// ONNX decoder model (python/k3ref/export_onnx.py, either style) -> import
+// -> pass pipeline (options.pipeline.dims specializes named dims). The
+// model's config comes from its k3.source_config metadata. Until the
+// lowering passes turn the onnx dialect into fused ops, the result runs
+// with Executor::kOnnxDecoder.
+StatusOr<CompiledModel> compile_onnx(const std::string& path, const CompileOptions& options);
 
 }  // namespace k3

@@ -124,6 +124,8 @@ json graph_to_json(const ir::Graph& g, const std::function<int64_t(int)>& tensor
                {"kind", kind_name(v.kind)},
                {"row_dim", row_dim_name(v.row_dim)}};
     if (v.kind == ir::ValueKind::kWeight) jv["tensor"] = tensor_index(static_cast<int>(vi));
+    // Symbolic dim names of graphs that keep unknown dims (onnx dialect).
+    if (!v.dim_params.empty()) jv["dim_params"] = v.dim_params;
     values.push_back(std::move(jv));
   }
   json nodes = json::array();
@@ -151,6 +153,15 @@ StatusOr<ir::Graph> graph_from_json(const json& j,
     v.name = jv.at("name").get<std::string>();
     K3_ASSIGN_OR_RETURN(v.dtype, parse_dtype(jv.at("dtype").get<std::string>()));
     v.shape = jv.at("shape").get<std::vector<int64_t>>();
+    if (jv.contains("dim_params")) {
+      const json& dp = jv.at("dim_params");
+      if (!dp.is_array() || dp.size() != v.shape.size())
+        return data_loss("value " + v.name + ": dim_params must list one name per dimension");
+      for (const json& name : dp) {
+        if (!name.is_string()) return data_loss("value " + v.name + ": a dim_param is not a string");
+        v.dim_params.push_back(name.get<std::string>());
+      }
+    }
     const std::string kind = jv.at("kind").get<std::string>();
     const std::string row = jv.at("row_dim").get<std::string>();
     if (kind == "input")

@@ -83,11 +83,21 @@ StatusOr<CompiledModel> parse_meta(const json& meta, const uint8_t* data, uint64
       return data_loss("weight " + v.name + " does not match its tensor's dtype/shape");
     return static_cast<const void*>(data + t.offset);
   };
+  // Files written before the executor field existed hold planned graphs.
+  const std::string executor = meta.value("executor", std::string(executor_name(Executor::kPlan)));
+  if (executor == executor_name(Executor::kPlan))
+    m.executor = Executor::kPlan;
+  else if (executor == executor_name(Executor::kOnnxDecoder))
+    m.executor = Executor::kOnnxDecoder;
+  else
+    return data_loss("unknown executor '" + executor + "' (written by a newer K3?)");
   const json& graphs = meta.at("graphs");
   K3_ASSIGN_OR_RETURN(m.decode, k3m::graph_from_json(graphs.at("decode"), weight));
-  K3_ASSIGN_OR_RETURN(m.prefill, k3m::graph_from_json(graphs.at("prefill"), weight));
   K3_RETURN_IF_ERROR(m.decode.verify().with_context("decode graph"));
-  K3_RETURN_IF_ERROR(m.prefill.verify().with_context("prefill graph"));
+  if (m.executor == Executor::kPlan) {
+    K3_ASSIGN_OR_RETURN(m.prefill, k3m::graph_from_json(graphs.at("prefill"), weight));
+    K3_RETURN_IF_ERROR(m.prefill.verify().with_context("prefill graph"));
+  }
   return m;
 }
 

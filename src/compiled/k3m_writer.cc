@@ -74,7 +74,9 @@ json report_json(const CompiledModel& m) {
 
 Status write_k3m(const CompiledModel& m, const std::string& path) {
   TensorTable table;
-  const std::pair<const char*, const ir::Graph*> graphs[] = {{"decode", &m.decode}, {"prefill", &m.prefill}};
+  std::vector<std::pair<const char*, const ir::Graph*>> graphs = {{"decode", &m.decode}};
+  // An ONNX decoder graph serves both phases; planned models have one graph per step shape.
+  if (m.executor == Executor::kPlan) graphs.emplace_back("prefill", &m.prefill);
   json jgraphs = json::object();
   for (const auto& [name, g] : graphs) {
     K3_RETURN_IF_ERROR(g->verify().with_context(std::string("graph ") + name));
@@ -98,6 +100,7 @@ Status write_k3m(const CompiledModel& m, const std::string& path) {
       {"source", m.source},
       {"compile_flags", m.compile_flags},
       {"opt_level", m.opt_level},
+      {"executor", executor_name(m.executor)},
       {"config", json::parse(m.config.to_json())},
       {"shapes",
        {{"n_slots", m.shapes.n_slots},

@@ -419,6 +419,22 @@ Status infer_OnnxLayerNormalization(const Node& n, In in, Outs& out) {
   return Status();
 }
 
+// Opset 23: Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon) * scale.
+Status infer_OnnxRMSNormalization(const Node& n, In in, Outs& out) {
+  K3_RETURN_IF_ERROR(count(in, 2, 2));
+  const OnnxInput& x = in[0];
+  K3_RETURN_IF_ERROR(want_dtype(x, dtype_is_float(x.dtype), "input"));
+  int64_t axis = 0;
+  K3_RETURN_IF_ERROR(norm_axis(n.attr_int("axis", -1), rank(x), axis));
+  if (n.attr_int("stash_type", 1) != 1) return unimplemented("RMSNormalization stash_type other than 1 (float)");
+  const Shape norm_shape(x.shape.begin() + axis, x.shape.end());
+  K3_RETURN_IF_ERROR(same_dtype(x, in[1]));
+  K3_ASSIGN_OR_RETURN(Shape s, bcast(norm_shape, in[1].shape));
+  if (s.size() != norm_shape.size()) return invalid_argument("RMSNormalization scale rank exceeds the normalized dims");
+  out.push_back(out_type(x.dtype, x.shape));
+  return Status();
+}
+
 Status reduce(const Node& n, In in, Outs& out, bool numeric_only) {
   K3_RETURN_IF_ERROR(count(in, 1, 2));
   K3_RETURN_IF_ERROR(want_dtype(in[0], is_numeric(in[0].dtype), "input"));
@@ -989,6 +1005,110 @@ Status infer_OnnxConstantOfShape(const Node& n, In in, Outs& out) {
     s.assign(static_cast<size_t>(in[0].shape[0]), kU);
   }
   out.push_back(out_type(*t, std::move(s)));
+  return Status();
+}
+
+// ---- K3 ops with ONNX-style shapes (docs/onnx-lowering.md) ----
+
+// Two dims that must agree where both are known.
+Status same_dim(int64_t a, int64_t b, const char* what) {
+  if (a >= 0 && b >= 0 && a != b)
+    return invalid_argument(std::string(what) + ": " + std::to_string(a) + " vs " + std::to_string(b));
+  return Status();
+}
+
+// x [B, S, H*hd] f32, positions [B, S] int, cos/sin [L, hd/2] -> [B, S, H*hd]; attr head_dim.
+Status infer_K3Rope(const Node& n, In in, Outs& out) {
+  K3_RETURN_IF_ERROR(count(in, 4, 4));
+  const OnnxInput &x = in[0], &pos = in[1], &cos = in[2], &sin = in[3];
+  const int64_t hd = n.attr_int("head_dim", 0);
+  if (hd < 2 || hd % 2 != 0) return invalid_argument("k3.Rope head_dim must be even and positive");
+  if (x.dtype != DType::kF32 || cos.dtype != DType::kF32 || sin.dtype != DType::kF32)
+    return invalid_argument("k3.Rope takes f32 x and tables");
+  if (!is_index(pos.dtype)) return invalid_argument("k3.Rope positions must be int32 or int64");
+  if (rank(x) != 3 || rank(pos) != 2 || rank(cos) != 2 || cos.shape != sin.shape)
+    return invalid_argument("k3.Rope wants x [B,S,H*hd], positions [B,S], cos = sin [L,hd/2]");
+  K3_RETURN_IF_ERROR(same_dim(x.shape[0], pos.shape[0], "k3.Rope batch"));
+  K3_RETURN_IF_ERROR(same_dim(x.shape[1], pos.shape[1], "k3.Rope sequence"));
+  K3_RETURN_IF_ERROR(same_dim(cos.shape[1], hd / 2, "k3.Rope table width"));
+  if (x.shape[2] >= 0 && x.shape[2] % hd != 0)
+    return invalid_argument("k3.Rope feature dim " + std::to_string(x.shape[2]) + " is not a multiple of head_dim");
+  out.push_back(out_type(DType::kF32, x.shape));
+  return Status();
+}
+
+// q [B,S,Hq*hd], k, v [B,S,Hkv*hd] f32, positions [B,S] int, past_k, past_v
+// [B,Hkv,P,hd] f32 -> out [B,S,Hq*hd], present_k, present_v [B,Hkv,P',hd]
+// with P' = P + S (cache "concat") or P (cache "slot"); attrs n_heads,
+// n_kv_heads, head_dim, cache, scale.
+Status infer_K3Attention(const Node& n, In in, Outs& out) {
+  K3_RETURN_IF_ERROR(count(in, 6, 6));
+  const int64_t hq = n.attr_int("n_heads", 0), hkv = n.attr_int("n_kv_heads", 0), hd = n.attr_int("head_dim", 0);
+  if (hq < 1 || hkv < 1 || hd < 1 || hq % hkv != 0)
+    return invalid_argument(
+        "k3.Attention needs n_heads, n_kv_heads, head_dim >= 1 with n_heads a multiple of n_kv_heads");
+  const AttrValue* cache = n.find_attr("cache");
+  const std::string* cs = cache != nullptr ? std::get_if<std::string>(cache) : nullptr;
+  if (cs == nullptr || (*cs != "concat" && *cs != "slot"))
+    return invalid_argument("k3.Attention cache must be \"concat\" or \"slot\"");
+  const AttrValue* scale = n.find_attr("scale");
+  if (scale == nullptr || std::get_if<double>(scale) == nullptr)
+    return invalid_argument("k3.Attention needs a float scale");
+  const OnnxInput &q = in[0], &k = in[1], &v = in[2], &pos = in[3], &pk = in[4], &pv = in[5];
+  for (const OnnxInput* t : {&q, &k, &v, &pk, &pv})
+    if (!t->present || t->dtype != DType::kF32) return invalid_argument("k3.Attention takes f32 q, k, v and caches");
+  if (!pos.present || !is_index(pos.dtype)) return invalid_argument("k3.Attention positions must be int32 or int64");
+  if (rank(q) != 3 || rank(k) != 3 || rank(v) != 3 || rank(pos) != 2 || rank(pk) != 4 || rank(pv) != 4)
+    return invalid_argument("k3.Attention wants q, k, v [B,S,H*hd], positions [B,S], past_k, past_v [B,Hkv,P,hd]");
+  for (const OnnxInput* t : {&k, &v, &pos, &pk, &pv})
+    K3_RETURN_IF_ERROR(same_dim(t->shape[0], q.shape[0], "k3.Attention batch"));
+  for (const OnnxInput* t : {&k, &v, &pos})
+    K3_RETURN_IF_ERROR(same_dim(t->shape[1], q.shape[1], "k3.Attention sequence"));
+  K3_RETURN_IF_ERROR(same_dim(q.shape[2], hq * hd, "k3.Attention q width vs n_heads * head_dim"));
+  K3_RETURN_IF_ERROR(same_dim(k.shape[2], hkv * hd, "k3.Attention k width vs n_kv_heads * head_dim"));
+  K3_RETURN_IF_ERROR(same_dim(v.shape[2], hkv * hd, "k3.Attention v width vs n_kv_heads * head_dim"));
+  for (const OnnxInput* t : {&pk, &pv}) {
+    K3_RETURN_IF_ERROR(same_dim(t->shape[1], hkv, "k3.Attention cache heads"));
+    K3_RETURN_IF_ERROR(same_dim(t->shape[3], hd, "k3.Attention cache head_dim"));
+  }
+  K3_RETURN_IF_ERROR(same_dim(pk.shape[2], pv.shape[2], "k3.Attention past_k vs past_v length"));
+  const int64_t p = pk.shape[2] >= 0 ? pk.shape[2] : pv.shape[2], s = q.shape[1];
+  const int64_t p2 = *cs == "slot" ? p : (p >= 0 && s >= 0 ? p + s : kU);
+  Shape present = {q.shape[0], hkv, p2, hd};
+  out.push_back(out_type(DType::kF32, {q.shape[0], q.shape[1], hq * hd}));
+  out.push_back(out_type(DType::kF32, present));
+  out.push_back(out_type(DType::kF32, std::move(present)));
+  return Status();
+}
+
+// x [..., D] f32, gate [E, D], then per expert up [F, D] (gate [F, D] when
+// swiglu) down [D, F] (PyTorch [out, in]) -> [..., D]; attrs n_experts,
+// top_k, swiglu.
+Status infer_K3Moe(const Node& n, In in, Outs& out) {
+  const int64_t e = n.attr_int("n_experts", 0), k = n.attr_int("top_k", 0), swiglu = n.attr_int("swiglu", 0);
+  if (e < 1 || k < 1 || k > e) return invalid_argument("k3.Moe needs 1 <= top_k <= n_experts");
+  if (swiglu != 0 && swiglu != 1) return invalid_argument("k3.Moe swiglu must be 0 or 1");
+  const int64_t per = swiglu != 0 ? 3 : 2;
+  const size_t want = static_cast<size_t>(2 + e * per);
+  K3_RETURN_IF_ERROR(count(in, want, want));
+  for (const OnnxInput& i : in)
+    if (i.dtype != DType::kF32) return invalid_argument("k3.Moe takes f32 inputs and weights");
+  const OnnxInput &x = in[0], &gate = in[1];
+  if (rank(x) < 1 || rank(gate) != 2) return invalid_argument("k3.Moe wants x [..., D] and gate [E, D]");
+  const int64_t d = x.shape.back();
+  K3_RETURN_IF_ERROR(same_dim(gate.shape[0], e, "k3.Moe gate rows vs n_experts"));
+  K3_RETURN_IF_ERROR(same_dim(gate.shape[1], d, "k3.Moe gate width"));
+  const int64_t f = in[2].shape.size() == 2 ? in[2].shape[0] : kU;
+  for (int64_t x_e = 0; x_e < e; ++x_e) {
+    for (int64_t j = 0; j < per; ++j) {
+      const OnnxInput& w = in[static_cast<size_t>(2 + x_e * per + j)];
+      const bool down = j == per - 1;
+      if (rank(w) != 2) return invalid_argument("k3.Moe expert weights must be 2-D");
+      K3_RETURN_IF_ERROR(same_dim(w.shape[down ? 0 : 1], d, "k3.Moe expert weight model dim"));
+      K3_RETURN_IF_ERROR(same_dim(w.shape[down ? 1 : 0], f, "k3.Moe expert weight hidden dim"));
+    }
+  }
+  out.push_back(out_type(DType::kF32, x.shape));
   return Status();
 }
 

@@ -27,10 +27,11 @@ StatusOr<bool> DeadCode::run(ir::Graph& g) {
     const ir::Node& n = nodes[i];
     bool live = false;
     for (int out : n.outputs) live = live || live_value[static_cast<size_t>(out)];
-    for (int in : n.inputs) live = live || g.value(in).kind == ir::ValueKind::kState;
+    for (int in : n.inputs) live = live || (in >= 0 && g.value(in).kind == ir::ValueKind::kState);
     if (!live) continue;
     keep[i] = true;
-    for (int in : n.inputs) live_value[static_cast<size_t>(in)] = true;
+    for (int in : n.inputs)
+      if (in >= 0) live_value[static_cast<size_t>(in)] = true;  // -1: omitted optional onnx input
   }
   int64_t removed = 0;
   for (bool k : keep) removed += k ? 0 : 1;
@@ -41,7 +42,8 @@ StatusOr<bool> DeadCode::run(ir::Graph& g) {
   for (int id : g.outputs()) referenced[static_cast<size_t>(id)] = true;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (!keep[i]) continue;
-    for (int id : nodes[i].inputs) referenced[static_cast<size_t>(id)] = true;
+    for (int id : nodes[i].inputs)
+      if (id >= 0) referenced[static_cast<size_t>(id)] = true;
     for (int id : nodes[i].outputs) referenced[static_cast<size_t>(id)] = true;
   }
   int64_t dropped_values = 0;

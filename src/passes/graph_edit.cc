@@ -6,7 +6,8 @@ namespace k3::passes {
 std::vector<int> count_uses(const ir::Graph& g) {
   std::vector<int> uses(g.values().size(), 0);
   for (const ir::Node& n : g.nodes())
-    for (int in : n.inputs) ++uses[static_cast<size_t>(in)];
+    for (int in : n.inputs)
+      if (in >= 0) ++uses[static_cast<size_t>(in)];  // -1: omitted optional onnx input
   for (int out : g.outputs()) ++uses[static_cast<size_t>(out)];
   return uses;
 }
@@ -18,7 +19,8 @@ ir::Graph compact(const ir::Graph& g, const std::vector<bool>& keep_node) {
   for (int id : g.outputs()) keep_value[static_cast<size_t>(id)] = true;
   for (size_t ni = 0; ni < nodes.size(); ++ni) {
     if (!keep_node[ni]) continue;
-    for (int id : nodes[ni].inputs) keep_value[static_cast<size_t>(id)] = true;
+    for (int id : nodes[ni].inputs)
+      if (id >= 0) keep_value[static_cast<size_t>(id)] = true;  // -1: omitted optional onnx input
     for (int id : nodes[ni].outputs) keep_value[static_cast<size_t>(id)] = true;
   }
   ir::Graph out;
@@ -34,7 +36,8 @@ ir::Graph compact(const ir::Graph& g, const std::vector<bool>& keep_node) {
   for (size_t ni = 0; ni < nodes.size(); ++ni) {
     if (!keep_node[ni]) continue;
     ir::Node n = nodes[ni];
-    for (int& id : n.inputs) id = remap[static_cast<size_t>(id)];
+    for (int& id : n.inputs)
+      if (id >= 0) id = remap[static_cast<size_t>(id)];
     for (int& id : n.outputs) id = remap[static_cast<size_t>(id)];
     out.append_node(std::move(n));
   }

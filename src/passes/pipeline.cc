@@ -7,7 +7,16 @@
 #include <functional>
 #include <memory>
 
+#include "passes/constant_folding.h"
 #include "passes/dead_code.h"
+#include "passes/fuse_attention.h"
+#include "passes/fuse_gelu.h"
+#include "passes/fuse_layer_norm.h"
+#include "passes/fuse_moe.h"
+#include "passes/fuse_rope.h"
+#include "passes/lower_to_plan.h"
+#include "passes/fuse_rms_norm.h"
+#include "passes/specialize_shapes.h"
 #include "passes/weight_precision.h"
 
 namespace k3::passes {
@@ -20,11 +29,52 @@ struct Entry {
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> list = {
-      // dead-code first: every later pattern matcher then sees only nodes
+      // specialize-shapes first, and at every level (O0 included): fixing
+      // symbolic dims is the user's --input-shape choice, not an
+      // optimization; running it before everything else lets every later
+      // pass (constant-folding above all) see static shapes.
+      {0, [](const PipelineOptions& o) { return std::make_unique<SpecializeShapes>(o.dims); }},
+      // constant-folding after the shapes are fixed (Shape of an activation
+      // folds only once its dims are known) and before dead-code, so the
+      // shape-computing subgraphs and weights it leaves unread are removed.
+      {1, [](const PipelineOptions&) { return std::make_unique<ConstantFolding>(); }},
+      // dead-code before the pattern matchers: they then see only nodes
       // that contribute to an output, so "single consumer" guards are not
       // fooled by dead readers, and weights nothing reads are not written
       // to the .k3m.
       {1, [](const PipelineOptions&) { return std::make_unique<DeadCode>(); }},
+      // The onnx-dialect fusions (exported LayerNorm / RMSNorm / GeLU
+      // decompositions -> one onnx op each) after dead-code and constant
+      // folding, so their single-consumer guards are not fooled by dead or
+      // foldable readers and their constants are weights; before the
+      // lowering of onnx ops to fused K3 ops, which then sees one op per
+      // norm/activation. fuse-layer-norm before fuse-rms-norm: a LayerNorm's
+      // variance chain is also an RMSNorm of x - mean.
+      {2, [](const PipelineOptions&) { return std::make_unique<FuseLayerNorm>(); }},
+      {2, [](const PipelineOptions&) { return std::make_unique<FuseRmsNorm>(); }},
+      {2, [](const PipelineOptions&) { return std::make_unique<FuseGelu>(); }},
+      // O3, model-level fusions into K3's own ops (docs/onnx-lowering.md).
+      // fuse-rope first: it moves the rotation before the head split, so
+      // the attention fusion sees projection -> head split only. dead-code
+      // again after it: the head split it bypassed has no readers left.
+      {3, [](const PipelineOptions&) { return std::make_unique<FuseRope>(); }},
+      {3, [](const PipelineOptions&) { return std::make_unique<DeadCode>(); }},
+      // fuse-attention after fuse-rope and that dead-code: q and k then reach
+      // the head split through layout ops only, and its "readers outside the
+      // match die with it" guard is not fooled by the bypassed rope nodes. It
+      // removes the mask and shape arithmetic that only fed the match itself.
+      {3, [](const PipelineOptions&) { return std::make_unique<FuseAttention>(); }},
+      // fuse-moe after the O2 fusions: fuse-gelu must have turned each
+      // expert's exported erf GeLU into onnx.Gelu, which it matches; and
+      // after dead-code, so its closed-region guard (every intermediate read
+      // only inside the MoE) is not fooled by dead readers. Independent of
+      // the rope/attention fusions (disjoint subgraphs).
+      {3, [](const PipelineOptions&) { return std::make_unique<FuseMoe>(); }},
+      // lower-to-plan after every fusion: it succeeds only when all that the
+      // logits need is an op the planned executor has, which the fusions
+      // above produce; before weight-precision, which then converts the
+      // weights of the fused Linear and Moe ops (and only those).
+      {3, [](const PipelineOptions& o) { return std::make_unique<LowerToPlan>(o.plan); }},
       // weight-precision last, and at every level (O0 included): it is the
       // user's choice of format, not an optimization, and running it after
       // every rewrite converts exactly the weights that remain.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -26,6 +27,17 @@ struct PipelineOptions {
   int opt_level = 3;                  // 0..3
   std::vector<std::string> disabled;  // pass names (--disable-pass)
   std::string precision = "fp32";     // weight precision (--precision): fp32 | bf16
+  // Symbolic input dims fixed by --input-shape (dim_param name -> value),
+  // e.g. {"batch", 1}, {"seq", 1}, {"past", 127}; empty: none.
+  std::vector<std::pair<std::string, int64_t>> dims = {};
+  // The step shape lower-to-plan builds the planned graph for (0 tokens:
+  // do not lower; the graph stays on the interpreter).
+  struct PlanShape {
+    int64_t tokens = 0;    // T: tokens per step
+    int64_t out_rows = 0;  // R: logit rows per step
+    int64_t slots = 0;     // KV cache slots
+    int64_t ctx = 0;       // positions per slot
+  } plan = {};
 };
 
 // Unknown pass names or an opt level outside 0..3 -> error naming it.

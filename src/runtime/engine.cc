@@ -31,6 +31,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   co.ctx_len = options.ctx_len;
   co.moe_dense = options.moe_dense;
   co.pipeline.opt_level = options.opt_level;
+  if (is_onnx_path(path)) {
+    K3_ASSIGN_OR_RETURN(CompiledModel m, compile_onnx(path, co));
+    return create(std::move(m), options);
+  }
   K3_ASSIGN_OR_RETURN(CompiledModel m, compile_checkpoint(path, co));
   return create(std::move(m), options);
 }
@@ -58,6 +62,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
   // The compiled shapes are what the plans were built for.
   o.max_batch = s.n_slots;
   o.prefill_chunk = s.prefill_tokens;
+  e->executor_ = m.executor;
   e->config_ = c;
   e->provenance_ =
       m.reports.empty() ? "compiled from " + m.source + " (" + m.compile_flags + ")" : "checkpoint " + m.source;
@@ -65,6 +70,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
   e->options_ = o;
   e->kt_ = o.kernels != nullptr ? o.kernels : &kernels::best_table();
   e->pool_ = std::make_unique<ThreadPool>(o.threads);
+  if (m.executor == Executor::kOnnxDecoder) {
+    K3_ASSIGN_OR_RETURN(e->onnx_, OnnxDecoder::create(std::move(m.decode), s.n_slots, o.ctx_len));
+    if (e->onnx_->vocab_size() != c.vocab_size)
+      return invalid_argument("the ONNX graph's logits have " + std::to_string(e->onnx_->vocab_size()) +
+                              " entries but the config's vocabulary is " + std::to_string(c.vocab_size));
+    e->options_.ctx_len = std::min(o.ctx_len, e->onnx_->max_positions());
+    return e;
+  }
   K3_RETURN_IF_ERROR(e->cache_.allocate({c.n_layers, s.n_slots, c.n_kv_heads, s.ctx_len, c.head_dim}));
   K3_ASSIGN_OR_RETURN(e->decode_, Plan::build(std::move(m.decode), e->cache_));
   K3_ASSIGN_OR_RETURN(e->prefill_, Plan::build(std::move(m.prefill), e->cache_));
@@ -79,6 +92,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
 }
 
 uint64_t Engine::weight_bytes_per_token() const {
+  // The ONNX graph reads what the model needs (its unfused ops may read
+  // more or less, depending on routing): the config's count, in f32.
+  if (executor_ == Executor::kOnnxDecoder) return static_cast<uint64_t>(config_.params_read_per_token()) * 4;
   const ir::Graph& g = decode_.graph();
   uint64_t bytes = 0;
   for (const ir::Node& n : g.nodes()) {
@@ -110,9 +126,9 @@ uint64_t Engine::weight_bytes_per_token() const {
 
 Status Engine::check_step(const StepInputs& in) const {
   const ModelConfig& c = config();
-  if (in.n_tokens < 1 || in.n_tokens > prefill_.max_tokens())
+  if (in.n_tokens < 1 || in.n_tokens > options_.prefill_chunk)
     return invalid_argument("step has " + std::to_string(in.n_tokens) + " tokens; must be 1.." +
-                            std::to_string(prefill_.max_tokens()));
+                            std::to_string(options_.prefill_chunk));
   if (in.n_out_rows < 0 || in.n_out_rows > options_.max_batch || in.n_out_rows > in.n_tokens)
     return invalid_argument("step asks for " + std::to_string(in.n_out_rows) + " logit rows");
   for (int64_t i = 0; i < in.n_tokens; ++i) {
@@ -135,6 +151,7 @@ Status Engine::check_step(const StepInputs& in) const {
 
 StatusOr<const float*> Engine::step(const StepInputs& in, StepHooks* hooks) {
   K3_RETURN_IF_ERROR(check_step(in));
+  if (onnx_) return onnx_->step(in);
   Plan& plan = in.n_tokens <= decode_.max_tokens() ? decode_ : prefill_;
   return plan.run(in, *pool_, *kt_, options_.reference, hooks);
 }

@@ -2,7 +2,8 @@
 //
 // Two plans share one arena: a decode plan sized for max_batch tokens and a
 // prefill plan sized for prefill_chunk tokens. Everything is allocated here,
-// at load; step() allocates nothing. The plans come from a CompiledModel:
+// at load; step() allocates nothing. A model compiled from ONNX at O0 runs
+// through an OnnxDecoder instead (op by op, allocating: the baseline). The plans come from a CompiledModel:
 // read from a .k3m file, or compiled in memory from a checkpoint directory
 // with the same pipeline `k3 compile` runs.
 #pragma once
@@ -13,6 +14,7 @@
 
 #include "compiled/compiled_model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/onnx_decoder.h"
 #include "runtime/plan.h"
 #include "runtime/thread_pool.h"
 #include "util/aligned_buffer.h"
@@ -52,6 +54,11 @@ class Engine {
   // every Linear and norm, the gate and top_k experts per layer, one
   // embedding row (the quantity decode speed is bound by).
   uint64_t weight_bytes_per_token() const;
+  // Most tokens one step takes.
+  int64_t prefill_chunk() const { return options_.prefill_chunk; }
+  // How the model runs: planned fused graphs, or an ONNX decoder graph op
+  // by op (the O0 baseline; no plans, no arena, its own caches).
+  Executor executor() const { return executor_; }
   const Plan& decode_plan() const { return decode_; }
   const Plan& prefill_plan() const { return prefill_; }
 
@@ -74,6 +81,8 @@ class Engine {
   AlignedBuffer arena_;
   Plan decode_;
   Plan prefill_;
+  Executor executor_ = Executor::kPlan;
+  std::unique_ptr<OnnxDecoder> onnx_;
 };
 
 }  // namespace k3::runtime

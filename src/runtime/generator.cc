@@ -71,7 +71,7 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
   };
 
   // Prefill: one sequence per step, in chunks; the last chunk returns logits.
-  const int64_t chunk = engine_.prefill_plan().max_tokens();
+  const int64_t chunk = engine_.prefill_chunk();
   std::vector<int32_t> pos(static_cast<size_t>(chunk)), slot(static_cast<size_t>(chunk));
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n && opt.max_new_tokens > 0; ++i) {

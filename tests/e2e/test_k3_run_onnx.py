@@ -147,3 +147,48 @@ def test_bad_inputs(k3, exports, checkpoints, tmp_path):
         assert res.returncode != 0 and res.stderr.startswith("k3: error:"), res.stderr
     res = k3.run("run", model, *args, "--output-dir", tmp_path / "o", "--opt-level", 2)
     assert res.returncode != 0 and "opt-level" in res.stderr
+
+
+def test_external_data(k3, exports, checkpoints, tmp_path):
+    """Weights in a side file (how models over 2 GiB ship, k3-base's naive
+    export among them) give the same outputs; a location that escapes the
+    model's directory, a short data file and a length that does not match
+    the dims are one-line errors."""
+    src = exports("k3-small", "static")
+    proto = onnx.load(str(src))
+    ext_dir = tmp_path / "ext"
+    ext_dir.mkdir()
+    ext = ext_dir / "m.onnx"
+    onnx.save_model(proto, str(ext), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.weights", size_threshold=0)
+    assert (ext_dir / "m.weights").stat().st_size > 1000
+    ids = np.random.default_rng(3).integers(0, 100, size=(1, 8)).astype(np.int64)
+    _run_and_compare(k3, ext, {"input_ids": ids}, tmp_path / "ok")
+
+    args = _write_inputs(tmp_path / "in", {"input_ids": ids})
+
+    def damaged(label: str, edit) -> None:
+        m = onnx.load(str(ext), load_external_data=False)
+        big = max((t for t in m.graph.initializer if t.external_data), key=lambda t: np.prod(t.dims))
+        edit(big)
+        path = ext_dir / f"{label}.onnx"
+        onnx.save_model(m, str(path))
+        res = k3.run("run", path, *args, "--output-dir", tmp_path / label)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode != 0 and len(lines) == 1 and lines[0].startswith("k3: error:"), (label, res.stderr)
+        return lines[0]
+
+    def set_kv(key: str, value: str):
+        def edit(t):
+            for kv in t.external_data:
+                if kv.key == key:
+                    kv.value = value
+                    return
+            t.external_data.add(key=key, value=value)
+        return edit
+
+    assert "relative path" in damaged("escape", set_kv("location", "../ext/m.weights"))
+    assert "relative path" in damaged("absolute", set_kv("location", str(ext_dir / "m.weights")))
+    assert "past the end" in damaged("offset", set_kv("offset", str((ext_dir / "m.weights").stat().st_size)))
+    assert "does not match" in damaged("length", set_kv("length", "4"))
+    assert "m.nope" in damaged("missing", set_kv("location", "m.nope"))

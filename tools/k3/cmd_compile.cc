@@ -33,8 +33,11 @@ struct CompileFlags {
 };
 
 // "batch=1,seq=128,ctx=2048" -> options. Unknown keys are errors: a typo
-// must not silently compile for a different shape.
-Status parse_input_shape(const std::string& text, CompileOptions& o) {
+// must not silently compile for a different shape. For an ONNX model every
+// key but ctx names a symbolic dim of the graph's inputs ("batch", "seq",
+// "past" in K3's exports): it is specialized to that size (the
+// specialize-shapes pass errors on a name no input has).
+Status parse_input_shape(const std::string& text, CompileOptions& o, bool onnx) {
   size_t i = 0;
   while (i < text.size()) {
     size_t j = text.find(',', i);
@@ -52,8 +55,11 @@ Status parse_input_shape(const std::string& text, CompileOptions& o) {
     }
     if (used == 0 || used != val.size() || v < 1)
       return invalid_argument("--input-shape " + key + "=" + val + ": not a positive integer");
+    if (onnx && key != "ctx") o.pipeline.dims.emplace_back(key, v);
     if (key == "batch")
       o.batch = v;
+    else if (onnx)
+      ;  // a graph dim only (checked by specialize-shapes)
     else if (key == "seq")
       o.prefill_chunk = v;
     else if (key == "ctx" || key == "past")
@@ -80,30 +86,34 @@ json op_counts(const ir::Graph& g) {
 
 int run_compile(const CompileFlags& f) {
   if (f.list_passes) {
-    std::printf("%-14s %-5s %s\n", "pass", "level", "what it does");
+    std::printf("%-18s %-5s %s\n", "pass", "level", "what it does");
     for (const passes::PassInfo& p : passes::list_passes())
-      std::printf("%-14s O%-4d %.*s\n", std::string(p.name).c_str(), p.min_opt_level,
+      std::printf("%-18s O%-4d %.*s\n", std::string(p.name).c_str(), p.min_opt_level,
                   static_cast<int>(p.summary.size()), p.summary.data());
-    std::printf("%-14s %-5s %s\n", "memory-plan", "all", "lifetime-based arena offsets (runs at load, reported here)");
+    std::printf("%-18s %-5s %s\n", "memory-plan", "all", "lifetime-based arena offsets (runs at load, reported here)");
     return 0;
   }
   if (f.model.empty() || f.out.empty()) return report(invalid_argument("k3 compile needs MODEL and --out FILE.k3m"));
-  if (f.model.size() >= 5 && f.model.substr(f.model.size() - 5) == ".onnx")
-    return report(unimplemented("compiling ONNX models is not wired in yet; `k3 lint` checks them"));
+  const bool onnx = is_onnx_path(f.model);
   CompileOptions o;
   o.precision = f.precision;
   o.moe_dense = f.moe_dense;
   o.pipeline.opt_level = f.opt_level;
   o.pipeline.disabled = f.disabled;
-  if (Status s = parse_input_shape(f.input_shape, o); !s.ok()) return report(s);
-  StatusOr<CompiledModel> m = compile_checkpoint(f.model, o);
+  if (Status s = parse_input_shape(f.input_shape, o, onnx); !s.ok()) return report(s);
+  StatusOr<CompiledModel> m = onnx ? compile_onnx(f.model, o) : compile_checkpoint(f.model, o);
   if (!m.ok()) return report(m.status());
   if (!f.dump_ir.empty()) {
     std::ofstream out(f.dump_ir);
-    out << "# decode\n" << m->decode.to_string() << "# prefill\n" << m->prefill.to_string();
+    out << "# decode\n" << m->decode.to_string();
+    if (m->executor == Executor::kPlan) out << "# prefill\n" << m->prefill.to_string();
     if (!out) return report(io_error("cannot write " + f.dump_ir));
   }
-  json rep = {{"source", f.model}, {"out", f.out}, {"flags", m->compile_flags}, {"graphs", json::object()}};
+  json rep = {{"source", f.model},
+              {"out", f.out},
+              {"flags", m->compile_flags},
+              {"executor", executor_name(m->executor)},
+              {"graphs", json::object()}};
   for (const auto& [name, pr] : m->reports) {
     const ir::Graph& g = name == "decode" ? m->decode : m->prefill;
     json passes = json::array();
@@ -117,8 +127,10 @@ int run_compile(const CompileFlags& f) {
                         {"nodes_after", r.nodes_after},
                         {"ms", r.ms},
                         {"notes", r.stats.notes}});
+    // An ONNX decoder graph has no plan: the interpreter allocates per op.
+    const json plan = m->executor == Executor::kPlan ? memory_plan_json(g) : json(nullptr);
     rep["graphs"][name] = {
-        {"passes", passes}, {"nodes", g.nodes().size()}, {"ops", op_counts(g)}, {"memory_plan", memory_plan_json(g)}};
+        {"passes", passes}, {"nodes", g.nodes().size()}, {"ops", op_counts(g)}, {"memory_plan", plan}};
   }
   if (Status s = write_k3m(*m, f.out); !s.ok()) return report(s);
   std::error_code ec;
@@ -128,14 +140,18 @@ int run_compile(const CompileFlags& f) {
     out << rep.dump(2) << "\n";
     if (!out) return report(io_error("cannot write " + f.report));
   }
-  std::printf("compiled %s -> %s (%s)\n", f.model.c_str(), f.out.c_str(), m->compile_flags.c_str());
+  std::printf("compiled %s -> %s (%s; executor %s)\n", f.model.c_str(), f.out.c_str(), m->compile_flags.c_str(),
+              executor_name(m->executor));
   for (const auto& [name, g] : rep["graphs"].items()) {
-    std::printf("  %s: %ld nodes, arena %.2f MiB (%.2f MiB without reuse)\n", name.c_str(), g["nodes"].get<long>(),
-                g["memory_plan"]["arena_bytes"].get<double>() / (1 << 20),
-                g["memory_plan"]["no_reuse_bytes"].get<double>() / (1 << 20));
+    if (g["memory_plan"].is_null())
+      std::printf("  %s: %ld nodes, no arena (op by op)\n", name.c_str(), g["nodes"].get<long>());
+    else
+      std::printf("  %s: %ld nodes, arena %.2f MiB (%.2f MiB without reuse)\n", name.c_str(), g["nodes"].get<long>(),
+                  g["memory_plan"]["arena_bytes"].get<double>() / (1 << 20),
+                  g["memory_plan"]["no_reuse_bytes"].get<double>() / (1 << 20));
     for (const json& p : g["passes"])
       if (p["ran"].get<bool>())
-        std::printf("    %-12s matched %ld, applied %ld, nodes %ld -> %ld\n", p["pass"].get<std::string>().c_str(),
+        std::printf("    %-18s matched %ld, applied %ld, nodes %ld -> %ld\n", p["pass"].get<std::string>().c_str(),
                     p["matched"].get<long>(), p["applied"].get<long>(), p["nodes_before"].get<long>(),
                     p["nodes_after"].get<long>());
   }
@@ -149,13 +165,14 @@ Registered add_compile(CLI::App& app) {
   auto f = std::make_shared<CompileFlags>();
   CLI::App* sub =
       app.add_subcommand("compile", "Compile a model into a .k3m file (graphs after the pass pipeline + weights)");
-  sub->add_option("model", f->model, "A checkpoint directory (config.json + model.safetensors)");
+  sub->add_option("model", f->model,
+                  "A checkpoint directory (config.json + model.safetensors) or an ONNX decoder (MODEL.onnx)");
   sub->add_option("-o,--out", f->out, "Output .k3m file");
   sub->add_option("-O,--opt-level", f->opt_level, "0 = graph as built, no passes; 1..3 = pass pipeline levels")
       ->check(CLI::Range(0, 3));
   sub->add_option("--input-shape", f->input_shape,
                   "Specialize shapes: batch=N (sequences decoded together), seq=N (prefill tokens per step), "
-                  "ctx=N (KV positions per sequence)");
+                  "ctx=N (KV positions per sequence); for ONNX, NAME=N fixes the graph's symbolic dim NAME");
   sub->add_option("--precision", f->precision,
                   "Weight precision of Linear and expert matrices: fp32 (default) or bf16");
   sub->add_option("--disable-pass", f->disabled, "Skip a pass by name (repeatable; see --list-passes)");

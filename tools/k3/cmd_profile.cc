@@ -71,6 +71,9 @@ int run_profile(const ProfileFlags& f) {
   auto engine = runtime::Engine::load(f.model, *eo);
   if (!engine.ok()) return report(engine.status());
   runtime::Engine& e = **engine;
+  if (e.executor() != Executor::kPlan)
+    return report(unimplemented("k3 profile times the ops of a planned model; this one runs an ONNX graph op by op, "
+                                "with no plan to time"));
 
   // Limits first: measuring them (once per machine, then cached) must not
   // overlap the profiled steps.

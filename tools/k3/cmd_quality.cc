@@ -61,7 +61,7 @@ int run_quality(const QualityFlags& f) {
   std::vector<float> lr(static_cast<size_t>(vocab)), lc(static_cast<size_t>(vocab));
   auto feed = [&](runtime::Engine& e, const std::vector<int32_t>& tokens, int32_t pos,
                   std::vector<float>& out) -> Status {
-    const int64_t chunk_max = e.prefill_plan().max_tokens();
+    const int64_t chunk_max = e.prefill_chunk();
     for (size_t at = 0; at < tokens.size();) {
       const int64_t n = std::min<int64_t>(chunk_max, static_cast<int64_t>(tokens.size() - at));
       std::vector<int32_t> p(static_cast<size_t>(n)), s(static_cast<size_t>(n), 0);

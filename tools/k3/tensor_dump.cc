@@ -82,6 +82,8 @@ struct StepSpec {
 Status dump_tensors(runtime::Engine& engine, const std::vector<int32_t>& prompt, const std::string& dir) {
   const int64_t plen = static_cast<int64_t>(prompt.size());
   if (plen < 1) return invalid_argument("--dump-tensors: the prompt is empty");
+  if (engine.executor() != Executor::kPlan)
+    return unimplemented("--dump-tensors needs a planned model; run an ONNX graph's nodes with `k3 run` instead");
   if (plen > engine.prefill_plan().max_tokens())
     return invalid_argument("--dump-tensors prefills the prompt in one step: " + std::to_string(plen) +
                             " tokens exceed the prefill chunk of " + std::to_string(engine.prefill_plan().max_tokens()));

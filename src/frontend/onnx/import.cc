@@ -39,7 +39,8 @@ class Importer {
   StatusOr<ir::Graph> run() {
     const ::onnx::GraphProto& g = m_.graph();
     for (const auto& t : g.initializer()) {
-      K3_ASSIGN_OR_RETURN(ir::Tensor w, tensor_from_proto(t, "initializer '" + printable(t.name()) + "'"));
+      K3_ASSIGN_OR_RETURN(ir::Tensor w,
+                          tensor_from_proto(t, "initializer '" + printable(t.name()) + "'", m_.base_dir()));
       add_weight(t.name(), w);
     }
     if (g.sparse_initializer_size() > 0) return unimplemented("sparse initializers are not supported");

@@ -440,6 +440,8 @@ StatusOr<OnnxModel> OnnxModel::load(const std::string& path, const OnnxLoadOptio
   K3_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
   auto r = parse(file.data(), file.size(), options);
   if (!r.ok()) return r.status().with_context(path);
+  const std::string::size_type slash = path.find_last_of('/');
+  r->base_dir_ = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
   return r;
 }
 

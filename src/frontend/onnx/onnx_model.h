@@ -69,6 +69,9 @@ class OnnxModel {
   const ::onnx::GraphProto& graph() const { return proto_->graph(); }
   // Opset version of the default domain.
   int64_t opset() const { return opset_; }
+  // Directory external data locations are relative to (the .onnx file's;
+  // empty for models parsed from memory, which cannot use external data).
+  const std::string& base_dir() const { return base_dir_; }
   // Empty when shape inference succeeded or did not run; otherwise the
   // (one-line) reason it stopped or ran degraded. The model is still
   // usable: shapes inferred before a failure are kept.
@@ -88,6 +91,7 @@ class OnnxModel {
   // when the OnnxModel moves.
   std::unique_ptr<::onnx::ModelProto> proto_;
   int64_t opset_ = 0;
+  std::string base_dir_;
   std::string shape_inference_error_;
   std::unordered_map<std::string, const ::onnx::TypeProto*> types_;
   std::unordered_map<std::string, const ::onnx::TensorProto*> initializers_;

@@ -3,24 +3,78 @@
 
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "frontend/onnx/onnx_model.h"
 #include "ir/onnx_shape.h"
 #include "util/mapped_file.h"
 
 namespace k3::onnxfe {
+namespace {
 
-StatusOr<ir::Tensor> tensor_from_proto(const ::onnx::TensorProto& t, const std::string& what) {
+// Parses a non-negative decimal integer (external_data offset/length).
+std::optional<uint64_t> parse_u64(const std::string& s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+Status read_external(const ::onnx::TensorProto& t, const std::string& what, const std::string& dir, ir::Tensor& out) {
+  if (dir.empty()) return unimplemented(what + " keeps its data in an external file, which is not readable here");
+  std::string location;
+  uint64_t offset = 0;
+  std::optional<uint64_t> length;
+  for (const auto& kv : t.external_data()) {
+    if (kv.key() == "location") {
+      location = kv.value();
+    } else if (kv.key() == "offset" || kv.key() == "length") {
+      const auto v = parse_u64(kv.value());
+      if (!v)
+        return data_loss(what + ": external data " + kv.key() + " '" + printable(kv.value()) + "' is not a number");
+      if (kv.key() == "offset")
+        offset = *v;
+      else
+        length = *v;
+    }
+  }
+  if (location.empty()) return data_loss(what + ": external data without a location");
+  if (location.front() == '/' || location.find('\0') != std::string::npos ||
+      ("/" + location + "/").find("/../") != std::string::npos)
+    return data_loss(what + ": external data location '" + printable(location) +
+                     "' must be a relative path inside the model's directory");
+  const std::string path = dir + "/" + location;
+  K3_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
+  const uint64_t want = out.nbytes();
+  if (length && *length != want)
+    return data_loss(what + ": external data length " + std::to_string(*length) + " does not match its dims (" +
+                     std::to_string(want) + " bytes)");
+  if (offset > file.size() || want > file.size() - offset)
+    return data_loss(what + ": external data [" + std::to_string(offset) + ", +" + std::to_string(want) +
+                     ") runs past the end of " + printable(location) + " (" + std::to_string(file.size()) + " bytes)");
+  if (want > 0) std::memcpy(out.raw_mut(), static_cast<const uint8_t*>(file.data()) + offset, want);
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<ir::Tensor> tensor_from_proto(const ::onnx::TensorProto& t, const std::string& what,
+                                       const std::string& external_dir) {
   auto dtype = ir::dtype_from_onnx(t.data_type());
   if (!dtype)
     return unimplemented(what + " has data type " + onnx_type_name(t.data_type()) + ", which K3 does not support");
-  if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
-    return unimplemented(what + " keeps its data in an external file, which K3 does not read yet");
   std::vector<int64_t> shape(t.dims().begin(), t.dims().end());
   for (int64_t d : shape)
     if (d < 0) return data_loss(what + " has a negative dimension");
   auto tensor = ir::Tensor::zeros(*dtype, shape);
   if (!tensor) return data_loss(what + " is too large");
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    K3_RETURN_IF_ERROR(read_external(t, what, external_dir, *tensor));
+    return std::move(*tensor);
+  }
   const uint64_t n = static_cast<uint64_t>(tensor->numel());
   const uint64_t es = ir::dtype_size(*dtype);
   void* dst = tensor->raw_mut();

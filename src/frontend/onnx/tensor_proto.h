@@ -11,9 +11,14 @@
 
 namespace k3::onnxfe {
 
-// Decodes a tensor (raw_data or the typed fields; not external data).
-// `what` names it in errors ("initializer 'w'").
-StatusOr<ir::Tensor> tensor_from_proto(const ::onnx::TensorProto& t, const std::string& what);
+// Decodes a tensor (raw_data, the typed fields, or external data read from
+// a file under `external_dir`; empty = external data refused). `what` names
+// it in errors ("initializer 'w'"). External locations must be relative
+// paths inside external_dir (no "..", not absolute: a model file must not
+// read arbitrary files), and offset/length must lie inside the file and
+// match the dims.
+StatusOr<ir::Tensor> tensor_from_proto(const ::onnx::TensorProto& t, const std::string& what,
+                                       const std::string& external_dir = {});
 // Encodes as raw_data (little-endian, as ONNX stores it).
 ::onnx::TensorProto tensor_to_proto(const ir::Tensor& t, const std::string& name);
 

@@ -1,5 +1,6 @@
-// Reference kernels: MatMul, Gemm, Softmax, LayerNormalization, reductions,
-// ArgMax, TopK, Trilu. Float sums accumulate in double.
+// Reference kernels: MatMul, Gemm, Softmax, LayerNormalization,
+// RMSNormalization, reductions, ArgMax, TopK, Trilu. Float sums accumulate
+// in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -226,6 +227,39 @@ Status ref_OnnxLayerNormalization(KernelCtx& c) {
       }
       if (c.out.size() > 1) c.out[1].mut<float>()[r] = static_cast<float>(mean);
       if (c.out.size() > 2) c.out[2].mut<float>()[r] = static_cast<float>(inv);
+    }
+    return Status();
+  });
+}
+
+// Opset 23: Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon) * scale,
+// computed in double.
+Status ref_OnnxRMSNormalization(KernelCtx& c) {
+  const Tensor& x = *c.in[0];
+  const int64_t axis = norm_axis(c.node.attr_int("axis", -1), x.rank());
+  const double eps = c.node.attr_float("epsilon", 1e-5);
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < x.rank(); ++i) (i < axis ? outer : inner) *= x.shape()[static_cast<size_t>(i)];
+  const Shape norm(x.shape().begin() + axis, x.shape().end());
+  const Tensor& scale = *c.in[1];
+  return visit_float(x.dtype(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    // Scale broadcast over the normalized dims: expand its offsets once.
+    std::vector<int64_t> so(static_cast<size_t>(inner));
+    for_each_index<1>(norm, {broadcast_strides(scale.shape(), norm)},
+                      [&](int64_t i, const std::array<int64_t, 1>& o) { so[static_cast<size_t>(i)] = o[0]; });
+    const T* px = x.data<T>();
+    const T* ps = scale.data<T>();
+    T* py = c.out[0].mut<T>();
+    for (int64_t r = 0; r < outer; ++r) {
+      const T* row = px + r * inner;
+      double ms = 0;
+      for (int64_t i = 0; i < inner; ++i) ms += static_cast<double>(row[i]) * static_cast<double>(row[i]);
+      ms /= static_cast<double>(std::max<int64_t>(inner, 1));
+      const double inv = 1.0 / std::sqrt(ms + eps);
+      for (int64_t i = 0; i < inner; ++i)
+        py[r * inner + i] =
+            static_cast<T>(static_cast<double>(row[i]) * inv * static_cast<double>(ps[so[static_cast<size_t>(i)]]));
     }
     return Status();
   });

@@ -218,6 +218,32 @@ TEST(OnnxImport, GeluBothForms) {
   }
 }
 
+// RMSNormalization is an opset-23 op, newer than the ONNX node test data:
+// imported and run against a hand computation (scale broadcast over the
+// normalized dims, epsilon attribute).
+TEST(OnnxImport, RMSNormalizationOpset23) {
+  OnnxBuilder b(23);
+  b.input("x", F, {2, 3});
+  b.init_f32("scale", {3}, {0.5f, -1.0f, 2.0f});
+  auto& n = b.node("RMSNormalization", {"x", "scale"}, {"y"}, "rms");
+  auto* a = n.add_attribute();
+  a->set_name("epsilon");
+  a->set_type(::onnx::AttributeProto::FLOAT);
+  a->set_f(0.25f);
+  b.output("y");
+  auto it = load(b);
+  ASSERT_TRUE(it.ok()) << it.status().message();
+  const std::vector<float> x = {1, 2, 3, -4, 0, 4};
+  const auto y = values<float>(run1(*it, {{"x", f32({2, 3}, x)}}));
+  const double scale[3] = {0.5, -1.0, 2.0};
+  for (size_t r = 0; r < 2; ++r) {
+    double ms = 0;
+    for (size_t i = 0; i < 3; ++i) ms += double(x[3 * r + i]) * x[3 * r + i] / 3;
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(y[3 * r + i], x[3 * r + i] / std::sqrt(ms + 0.25) * scale[i], 1e-6) << r << " " << i;
+  }
+}
+
 TEST(OnnxImport, NonZeroHasADataDependentShape) {
   OnnxBuilder b;
   b.input("x", F, {"n"});
