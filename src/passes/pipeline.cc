@@ -13,9 +13,9 @@
 #include "passes/fuse_gelu.h"
 #include "passes/fuse_layer_norm.h"
 #include "passes/fuse_moe.h"
+#include "passes/fuse_rms_norm.h"
 #include "passes/fuse_rope.h"
 #include "passes/lower_to_plan.h"
-#include "passes/fuse_rms_norm.h"
 #include "passes/specialize_shapes.h"
 #include "passes/weight_precision.h"
 

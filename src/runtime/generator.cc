@@ -18,7 +18,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 Generator::Generator(Engine& engine) : engine_(engine), sampler_(engine.config().vocab_size) {}
 
-StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& opt) {
+StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             const GenerateOptions& opt) {
   const ModelConfig& c = engine_.config();
   const int64_t n = static_cast<int64_t>(prompts.size());
   const int64_t ctx = engine_.ctx_len(), vocab = c.vocab_size;
@@ -36,8 +37,8 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
                           std::to_string(ctx - 1) + " prompt tokens leave room to generate");
     for (int32_t t : p)
       if (t < 0 || t >= vocab)
-        return out_of_range("prompt " + std::to_string(i) + ": token id " + std::to_string(t) + " is outside the vocabulary (0.." +
-                            std::to_string(vocab - 1) + ")");
+        return out_of_range("prompt " + std::to_string(i) + ": token id " + std::to_string(t) +
+                            " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
   }
 
   GenerateResult r;
@@ -61,12 +62,16 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
     }
     const int32_t tok = sampler_.sample(logits, opt.sampling, rngs[static_cast<size_t>(i)]);
     r.tokens[static_cast<size_t>(i)].push_back(tok);
-    if (opt.stop_at_eos && c.eos_token_id && tok == *c.eos_token_id) r.finish_reason[static_cast<size_t>(i)] = "eos";
-    else if (static_cast<int64_t>(r.tokens[static_cast<size_t>(i)].size()) >= opt.max_new_tokens) r.finish_reason[static_cast<size_t>(i)] = "length";
+    if (opt.stop_at_eos && c.eos_token_id && tok == *c.eos_token_id)
+      r.finish_reason[static_cast<size_t>(i)] = "eos";
+    else if (static_cast<int64_t>(r.tokens[static_cast<size_t>(i)].size()) >= opt.max_new_tokens)
+      r.finish_reason[static_cast<size_t>(i)] = "length";
     // The token just sampled is not in the cache yet: prompt + generated
     // tokens reach the context size when len + 1 == ctx.
-    else if (len[static_cast<size_t>(i)] + 1 >= ctx) r.finish_reason[static_cast<size_t>(i)] = "context";
-    else return false;
+    else if (len[static_cast<size_t>(i)] + 1 >= ctx)
+      r.finish_reason[static_cast<size_t>(i)] = "context";
+    else
+      return false;
     return true;
   };
 
@@ -79,7 +84,9 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
     const int64_t plen = static_cast<int64_t>(p.size());
     for (int64_t b = 0; b < plen; b += chunk) {
       const int64_t m = std::min(chunk, plen - b);
-      for (int64_t j = 0; j < m; ++j) pos[static_cast<size_t>(j)] = static_cast<int32_t>(b + j), slot[static_cast<size_t>(j)] = static_cast<int32_t>(i);
+      for (int64_t j = 0; j < m; ++j)
+        pos[static_cast<size_t>(j)] = static_cast<int32_t>(b + j),
+        slot[static_cast<size_t>(j)] = static_cast<int32_t>(i);
       const bool last = b + m == plen;
       const int32_t out_row = static_cast<int32_t>(m - 1);
       StepInputs in{p.data() + b, pos.data(), slot.data(), m, &out_row, last ? 1 : 0};

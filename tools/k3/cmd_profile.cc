@@ -64,7 +64,9 @@ int run_profile(const ProfileFlags& f) {
   if (!eo.ok()) return report(eo.status());
   eo->threads = f.threads;
   if (!f.isa.empty()) {
-    kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar : f.isa == "avx2" ? kernels::Isa::kAvx2 : kernels::Isa::kAvx512;
+    kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar
+                       : f.isa == "avx2" ? kernels::Isa::kAvx2
+                                         : kernels::Isa::kAvx512;
     eo->kernels = kernels::table_for(isa);
     if (eo->kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
   }
@@ -72,14 +74,17 @@ int run_profile(const ProfileFlags& f) {
   if (!engine.ok()) return report(engine.status());
   runtime::Engine& e = **engine;
   if (e.executor() != Executor::kPlan)
-    return report(unimplemented("k3 profile times the ops of a planned model; this one runs an ONNX graph op by op, "
-                                "with no plan to time"));
+    return report(
+        unimplemented("k3 profile times the ops of a planned model; this one runs an ONNX graph op by op, "
+                      "with no plan to time"));
 
   // Limits first: measuring them (once per machine, then cached) must not
   // overlap the profiled steps.
   profile::MachineLimits lim;
-  if (f.no_limits) lim.source = "--no-limits";
-  else lim = machine_limits(e.threads(), f.refresh_sysinfo);
+  if (f.no_limits)
+    lim.source = "--no-limits";
+  else
+    lim = machine_limits(e.threads(), f.refresh_sysinfo);
 
   auto run = profile::run_profile(e, po);
   if (!run.ok()) return report(run.status());
@@ -106,16 +111,17 @@ int run_profile(const ProfileFlags& f) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("k3 profile: %s, %s, batch %ld, context %ld, %d threads, %s kernels, %ld steps after %ld warmup\n", f.model.c_str(),
-              f.phase.c_str(), static_cast<long>(f.batch), static_cast<long>(f.context), e.threads(), isa.c_str(),
-              static_cast<long>(f.steps), static_cast<long>(f.warmup));
+  std::printf("k3 profile: %s, %s, batch %ld, context %ld, %d threads, %s kernels, %ld steps after %ld warmup\n",
+              f.model.c_str(), f.phase.c_str(), static_cast<long>(f.batch), static_cast<long>(f.context), e.threads(),
+              isa.c_str(), static_cast<long>(f.steps), static_cast<long>(f.warmup));
   std::printf("%s\n", profile::format_report(rep, f.top).c_str());
   std::printf("%s", profile::format_counters(run->counters).c_str());
   std::printf("same step without profiler hooks: %.4f ms median (profiled: %.4f ms median)\n", run->unprofiled_step_ms,
               rep.step_ms_median);
   if (run->allocations >= 0)
     std::printf("heap allocations during profiled steps: %ld\n", static_cast<long>(run->allocations));
-  if (!f.trace.empty()) std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", f.trace.c_str());
+  if (!f.trace.empty())
+    std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", f.trace.c_str());
   return 0;
 }
 
@@ -123,22 +129,31 @@ int run_profile(const ProfileFlags& f) {
 
 Registered add_profile(CLI::App& app) {
   auto f = std::make_shared<ProfileFlags>();
-  CLI::App* sub = app.add_subcommand("profile", "Per-op time, bytes and FLOPs of a decode or prefill step, against the machine's limits");
-  sub->add_option("-m,--model", f->model, "Model: a .k3m file (k3 compile) or a checkpoint directory (config.json + model.safetensors)")->required();
-  sub->add_option("--phase", f->phase, "decode: one token per sequence at position --context; prefill: one chunk of --context tokens")
+  CLI::App* sub = app.add_subcommand(
+      "profile", "Per-op time, bytes and FLOPs of a decode or prefill step, against the machine's limits");
+  sub->add_option("-m,--model", f->model,
+                  "Model: a .k3m file (k3 compile) or a checkpoint directory (config.json + model.safetensors)")
+      ->required();
+  sub->add_option("--phase", f->phase,
+                  "decode: one token per sequence at position --context; prefill: one chunk of --context tokens")
       ->check(CLI::IsMember({"decode", "prefill"}));
-  sub->add_option("-c,--context", f->context, "Decode: cached positions before the profiled token; prefill: chunk length")
+  sub->add_option("-c,--context", f->context,
+                  "Decode: cached positions before the profiled token; prefill: chunk length")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  sub->add_option("-b,--batch", f->batch, "Sequences decoded together (decode only)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
-  sub->add_option("--steps", f->steps, "Profiled steps (the report is their mean)")->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  sub->add_option("-b,--batch", f->batch, "Sequences decoded together (decode only)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  sub->add_option("--steps", f->steps, "Profiled steps (the report is their mean)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   sub->add_option("--warmup", f->warmup, "Unprofiled steps first")->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
   sub->add_option("--top", f->top, "Slowest nodes to list")->check(CLI::Range(0, 100000));
-  sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
   sub->add_option("--trace", f->trace, "Write a Chrome trace-event JSON file (Perfetto, chrome://tracing)");
   sub->add_flag("--json", f->json, "Print one JSON object instead of tables");
   sub->add_flag("--no-limits", f->no_limits, "Skip the machine limits (sysinfo) and the % of limit columns");
-  sub->add_flag("--refresh-sysinfo", f->refresh_sysinfo, "Re-measure the machine limits instead of using the cached ones");
+  sub->add_flag("--refresh-sysinfo", f->refresh_sysinfo,
+                "Re-measure the machine limits instead of using the cached ones");
   sub->add_flag("--no-counters", f->no_counters, "Do not open hardware performance counters");
   return {sub, [f]() { return run_profile(*f); }};
 }

@@ -86,10 +86,11 @@ Status dump_tensors(runtime::Engine& engine, const std::vector<int32_t>& prompt,
     return unimplemented("--dump-tensors needs a planned model; run an ONNX graph's nodes with `k3 run` instead");
   if (plen > engine.prefill_plan().max_tokens())
     return invalid_argument("--dump-tensors prefills the prompt in one step: " + std::to_string(plen) +
-                            " tokens exceed the prefill chunk of " + std::to_string(engine.prefill_plan().max_tokens()));
+                            " tokens exceed the prefill chunk of " +
+                            std::to_string(engine.prefill_plan().max_tokens()));
   if (plen + 1 > engine.ctx_len())
-    return out_of_range("--dump-tensors needs " + std::to_string(plen + 1) + " positions (prompt + one decode step); the context holds " +
-                        std::to_string(engine.ctx_len()));
+    return out_of_range("--dump-tensors needs " + std::to_string(plen + 1) +
+                        " positions (prompt + one decode step); the context holds " + std::to_string(engine.ctx_len()));
   const fs::path root(dir);
   K3_RETURN_IF_ERROR(make_dir(root));
 
@@ -110,8 +111,8 @@ Status dump_tensors(runtime::Engine& engine, const std::vector<int32_t>& prompt,
     const fs::path sdir = root / ("step" + std::to_string(s));
     K3_RETURN_IF_ERROR(make_dir(sdir));
     DumpHooks hooks(sdir);
-    runtime::StepInputs in{st.tokens.data(), st.positions.data(), st.slots.data(), static_cast<int64_t>(st.tokens.size()),
-                           &st.out_row, 1};
+    runtime::StepInputs in{
+        st.tokens.data(), st.positions.data(), st.slots.data(), static_cast<int64_t>(st.tokens.size()), &st.out_row, 1};
     K3_ASSIGN_OR_RETURN(const float* logits, engine.step(in, &hooks));
     K3_RETURN_IF_ERROR(hooks.status());
     const int32_t next = runtime::argmax(logits, vocab);
