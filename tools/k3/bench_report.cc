@@ -35,7 +35,9 @@ const Metric kMetrics[] = {
     {"decode GB/s", [](const BenchPoint& p) { return p.decode_gb_per_s.median; }, false, 1},
 };
 
-nlohmann::json stat_json(const Stat& s) { return {{"median", s.median}, {"min", s.min}, {"max", s.max}}; }
+nlohmann::json stat_json(const Stat& s) {
+  return {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+}
 
 }  // namespace
 
@@ -44,8 +46,9 @@ std::string bench_table(const BenchResult& r) {
   std::string out;
   out += "model: " + labels[0];
   for (size_t i = 1; i < labels.size(); ++i) out += " vs " + labels[i];
-  out += " | prompt " + std::to_string(r.settings.prompt_len) + ", generate " + std::to_string(r.settings.gen_len) + ", " +
-         std::to_string(r.threads) + " threads, " + r.isa + ", medians of " + std::to_string(r.settings.repeat) + " runs\n\n";
+  out += " | prompt " + std::to_string(r.settings.prompt_len) + ", generate " + std::to_string(r.settings.gen_len) +
+         ", " + std::to_string(r.threads) + " threads, " + r.isa + ", medians of " + std::to_string(r.settings.repeat) +
+         " runs\n\n";
   for (int64_t batch : r.settings.batches) {
     std::vector<const BenchPoint*> pts;
     for (const auto& p : r.points)
@@ -73,24 +76,40 @@ std::string bench_table(const BenchResult& r) {
       for (size_t i = 1; i < pts.size(); ++i) out += " |";
       out += "\n";
     };
-    row("MB read per step", [](const BenchPoint& p) { return p.bytes_per_step / 1e6; }, 1);
-    if (r.settings.read_gb_per_s > 0) row("% of read bandwidth", [](const BenchPoint& p) { return 100.0 * p.read_fraction; }, 1);
-    row("first-request TTFT ms", [](const BenchPoint& p) { return p.first_ttft_ms; }, 2);
-    row("first-request ms/token", [](const BenchPoint& p) { return p.first_decode_ms_per_step; }, 3);
-    row("allocations per step", [](const BenchPoint& p) { return p.allocations_per_step; }, 1);
+    row(
+        "MB read per step", [](const BenchPoint& p) { return p.bytes_per_step / 1e6; }, 1);
+    if (r.settings.read_gb_per_s > 0)
+      row(
+          "% of read bandwidth",
+          [](const BenchPoint& p) { return p.read_fraction < 0 ? -1.0 : 100.0 * p.read_fraction; }, 1);
+    row(
+        "first-request TTFT ms", [](const BenchPoint& p) { return p.first_ttft_ms; }, 2);
+    row(
+        "first-request ms/token", [](const BenchPoint& p) { return p.first_decode_ms_per_step; }, 3);
+    row(
+        "allocations per step", [](const BenchPoint& p) { return p.allocations_per_step; }, 1);
     out += "\n";
   }
-  if (r.settings.read_gb_per_s > 0) out += "machine read bandwidth (k3 sysinfo): " + fmt(r.settings.read_gb_per_s, 1) + " GB/s\n";
+  if (r.settings.read_gb_per_s > 0)
+    out += "machine read bandwidth (k3 sysinfo): " + fmt(r.settings.read_gb_per_s, 1) + " GB/s\n";
   return out;
 }
 
 nlohmann::json bench_json(const BenchResult& r) {
   nlohmann::json j;
-  j["settings"] = {{"models", r.settings.models}, {"labels", r.settings.labels},  {"batches", r.settings.batches},
-                   {"prompt_len", r.settings.prompt_len}, {"gen_len", r.settings.gen_len}, {"repeat", r.settings.repeat},
-                   {"warmup", r.settings.warmup},   {"threads", r.threads},          {"isa", r.isa},
-                   {"temperature", r.settings.sampling.temperature}, {"top_k", r.settings.sampling.top_k},
-                   {"top_p", r.settings.sampling.top_p}, {"read_gb_per_s", r.settings.read_gb_per_s}};
+  j["settings"] = {{"models", r.settings.models},
+                   {"labels", r.settings.labels},
+                   {"batches", r.settings.batches},
+                   {"prompt_len", r.settings.prompt_len},
+                   {"gen_len", r.settings.gen_len},
+                   {"repeat", r.settings.repeat},
+                   {"warmup", r.settings.warmup},
+                   {"threads", r.threads},
+                   {"isa", r.isa},
+                   {"temperature", r.settings.sampling.temperature},
+                   {"top_k", r.settings.sampling.top_k},
+                   {"top_p", r.settings.sampling.top_p},
+                   {"read_gb_per_s", r.settings.read_gb_per_s}};
   j["results"] = nlohmann::json::array();
   for (const BenchPoint& p : r.points) {
     j["results"].push_back({{"label", p.label},
@@ -116,8 +135,10 @@ std::string bench_svg(const BenchResult& r) {
   // Two panels: decode ms/token and tokens/s against batch size, a line per model.
   const int w = 420, h = 300, pad = 50;
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(2 * w) + "\" height=\"" +
-                    std::to_string(h + 30) + "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string svg =
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(2 * w) + "\" height=\"" +
+      std::to_string(h + 30) +
+      "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   const auto& batches = r.settings.batches;
   const double bmax = static_cast<double>(*std::max_element(batches.begin(), batches.end()));
   for (int panel = 0; panel < 2; ++panel) {
@@ -128,30 +149,36 @@ std::string bench_svg(const BenchResult& r) {
     const int x0 = panel * w + pad, y0 = h - pad / 2, pw = w - pad - 20, ph = h - pad - 10;
     auto px = [&](double b) { return x0 + (bmax > 1 ? (b - 1) / (bmax - 1) : 0.5) * pw; };
     auto py = [&](double v) { return y0 - v / (vmax * 1.1) * ph; };
-    svg += "<text x=\"" + std::to_string(x0) + "\" y=\"16\" font-weight=\"bold\">" +
-           (panel == 0 ? std::string("decode ms/token (lower is better)") : std::string("tokens/s (higher is better)")) + "</text>\n";
-    svg += "<line x1=\"" + std::to_string(x0) + "\" y1=\"" + std::to_string(y0) + "\" x2=\"" + std::to_string(x0 + pw) + "\" y2=\"" +
-           std::to_string(y0) + "\" stroke=\"black\"/>\n<line x1=\"" + std::to_string(x0) + "\" y1=\"" + std::to_string(y0) +
-           "\" x2=\"" + std::to_string(x0) + "\" y2=\"" + std::to_string(y0 - ph) + "\" stroke=\"black\"/>\n";
+    svg +=
+        "<text x=\"" + std::to_string(x0) + "\" y=\"16\" font-weight=\"bold\">" +
+        (panel == 0 ? std::string("decode ms/token (lower is better)") : std::string("tokens/s (higher is better)")) +
+        "</text>\n";
+    svg += "<line x1=\"" + std::to_string(x0) + "\" y1=\"" + std::to_string(y0) + "\" x2=\"" + std::to_string(x0 + pw) +
+           "\" y2=\"" + std::to_string(y0) + "\" stroke=\"black\"/>\n<line x1=\"" + std::to_string(x0) + "\" y1=\"" +
+           std::to_string(y0) + "\" x2=\"" + std::to_string(x0) + "\" y2=\"" + std::to_string(y0 - ph) +
+           "\" stroke=\"black\"/>\n";
     for (int k = 0; k <= 4; ++k) {
       const double v = vmax * 1.1 * k / 4;
-      svg += "<text x=\"" + std::to_string(x0 - 5) + "\" y=\"" + fmt(py(v) + 4, 1) + "\" text-anchor=\"end\">" + fmt(v, v < 10 ? 2 : 0) + "</text>\n";
+      svg += "<text x=\"" + std::to_string(x0 - 5) + "\" y=\"" + fmt(py(v) + 4, 1) + "\" text-anchor=\"end\">" +
+             fmt(v, v < 10 ? 2 : 0) + "</text>\n";
     }
     for (int64_t b : batches)
-      svg += "<text x=\"" + fmt(px(static_cast<double>(b)), 1) + "\" y=\"" + std::to_string(y0 + 15) + "\" text-anchor=\"middle\">" +
-             std::to_string(b) + "</text>\n";
-    svg += "<text x=\"" + std::to_string(x0 + pw / 2) + "\" y=\"" + std::to_string(y0 + 28) + "\" text-anchor=\"middle\">batch size</text>\n";
+      svg += "<text x=\"" + fmt(px(static_cast<double>(b)), 1) + "\" y=\"" + std::to_string(y0 + 15) +
+             "\" text-anchor=\"middle\">" + std::to_string(b) + "</text>\n";
+    svg += "<text x=\"" + std::to_string(x0 + pw / 2) + "\" y=\"" + std::to_string(y0 + 28) +
+           "\" text-anchor=\"middle\">batch size</text>\n";
     for (size_t li = 0; li < r.settings.labels.size(); ++li) {
       std::string pts;
       for (const auto& p : r.points)
         if (p.label == r.settings.labels[li]) {
           pts += fmt(px(static_cast<double>(p.batch)), 1) + "," + fmt(py(value(p)), 1) + " ";
-          svg += "<circle cx=\"" + fmt(px(static_cast<double>(p.batch)), 1) + "\" cy=\"" + fmt(py(value(p)), 1) + "\" r=\"3\" fill=\"" +
-                 colors[li % 5] + "\"/>\n";
+          svg += "<circle cx=\"" + fmt(px(static_cast<double>(p.batch)), 1) + "\" cy=\"" + fmt(py(value(p)), 1) +
+                 "\" r=\"3\" fill=\"" + colors[li % 5] + "\"/>\n";
         }
-      svg += "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" + std::string(colors[li % 5]) + "\" points=\"" + pts + "\"/>\n";
-      svg += "<text x=\"" + std::to_string(x0 + 10) + "\" y=\"" + std::to_string(36 + 14 * static_cast<int>(li)) + "\" fill=\"" +
-             colors[li % 5] + "\">" + r.settings.labels[li] + "</text>\n";
+      svg += "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" + std::string(colors[li % 5]) + "\" points=\"" +
+             pts + "\"/>\n";
+      svg += "<text x=\"" + std::to_string(x0 + 10) + "\" y=\"" + std::to_string(36 + 14 * static_cast<int>(li)) +
+             "\" fill=\"" + colors[li % 5] + "\">" + r.settings.labels[li] + "</text>\n";
     }
   }
   return svg + "</svg>\n";

@@ -143,7 +143,12 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
         if (rep < s.warmup) continue;
         const double total = r->prefill_ms + r->decode_ms;
         const double tokens = static_cast<double>(batch * s.gen_len);
-        const double bytes = r->decode_steps > 0 ? counter.take() / static_cast<double>(r->decode_steps) : 0.0;
+        // Bytes read are counted by plan hooks; an ONNX graph run op by op has
+        // none ("-" in the table, not a misleading 0).
+        const bool counted = loaded[m].engine->executor() == Executor::kPlan;
+        const double bytes = !counted              ? -1.0
+                             : r->decode_steps > 0 ? counter.take() / static_cast<double>(r->decode_steps)
+                                                   : 0.0;
         sm.ttft.push_back(r->prefill_ms);
         sm.step.push_back(step_ms);
         sm.total.push_back(total);
@@ -151,7 +156,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
         sm.dtps.push_back(r->decode_ms > 0 ? static_cast<double>(r->decode_tokens) / (r->decode_ms / 1e3) : 0.0);
         sm.rps.push_back(static_cast<double>(batch) / (total / 1e3));
         sm.bytes.push_back(bytes);
-        sm.gbps.push_back(step_ms > 0 ? bytes / (step_ms * 1e6) : 0.0);
+        sm.gbps.push_back(!counted ? -1.0 : step_ms > 0 ? bytes / (step_ms * 1e6) : 0.0);
         if (r->decode_allocations >= 0 && r->decode_steps > 0)
           sm.allocs.push_back(static_cast<double>(r->decode_allocations) / static_cast<double>(r->decode_steps));
       }
@@ -169,7 +174,8 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
       p.requests_per_s = summarize(sm.rps);
       p.decode_gb_per_s = summarize(sm.gbps);
       p.bytes_per_step = summarize(sm.bytes).median;
-      p.read_fraction = s.read_gb_per_s > 0 ? p.decode_gb_per_s.median / s.read_gb_per_s : 0.0;
+      p.read_fraction =
+          s.read_gb_per_s > 0 && p.decode_gb_per_s.median >= 0 ? p.decode_gb_per_s.median / s.read_gb_per_s : -1.0;
       p.first_ttft_ms = sm.first_ttft;
       p.first_decode_ms_per_step = sm.first_step;
       p.allocations_per_step = sm.allocs.empty() ? -1.0 : summarize(sm.allocs).max;
