@@ -100,3 +100,29 @@ def test_onnx_compile_errors(k3: K3Runner, onnx_models, tmp_path):
     bad.write_bytes(b"not a model")
     assert_k3_error(k3.run("compile", bad, "--out", out), "bad.onnx")
     assert_k3_error(k3.run("generate", "--model", bad, "--prompt-ids", "1"), "bad.onnx")
+
+
+def test_k3_run_on_compiled_onnx(k3: K3Runner, checkpoints, ref_model, onnx_models, tmp_path):
+    """``k3 run`` takes a .k3m compiled from ONNX that runs op by op, with the
+    same outputs as on the .onnx; a planned .k3m is refused."""
+    import numpy as np
+
+    src = onnx_models("k3-small", "naive")
+    cfg = ref_model(checkpoints["k3-small"]).config
+    feeds = {"input_ids": np.array([[5, 17, 42]], dtype=np.int64),
+             "position_ids": np.array([[0, 1, 2]], dtype=np.int64)}
+    for i, past in enumerate(ex.empty_past(cfg, 1, 0)):
+        feeds[ex.past_names(cfg.n_layers)[i]] = past
+    args = []
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+    o0 = tmp_path / "o0.k3m"
+    assert k3.run("compile", src, "--out", o0, "-O0").returncode == 0
+    for model, out in ((src, "a"), (o0, "b")):
+        res = k3.run("run", model, *args, "--output-dir", tmp_path / out, timeout=120)
+        assert res.returncode == 0, res.stderr
+    assert np.array_equal(np.load(tmp_path / "a" / "logits.npy"), np.load(tmp_path / "b" / "logits.npy"))
+    o3 = tmp_path / "o3.k3m"
+    assert k3.run("compile", src, "--out", o3, "-O3").returncode == 0
+    assert_k3_error(k3.run("run", o3, *args, "--output-dir", tmp_path / "c"), "planned")

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "compiled/k3m.h"
 #include "frontend/onnx/import.h"
 #include "frontend/onnx/tensor_proto.h"
+#include "passes/pipeline.h"
 #include "runtime/interp/interpreter.h"
 #include "util/mapped_file.h"
 
@@ -155,10 +157,11 @@ std::string file_stem(const std::string& name) {
 }
 
 int run_run(const RunFlags& f) {
-  if (f.opt_level != 0) return report(unimplemented("only --opt-level 0 (the naive interpreter) is implemented"));
-  if (ends_with(f.model, ".k3m"))
-    return report(unimplemented(f.model + ": running compiled .k3m models is not supported by k3 run yet"));
-  if (!ends_with(f.model, ".onnx")) return report(invalid_argument(f.model + ": k3 run takes an .onnx model"));
+  const bool k3m = ends_with(f.model, ".k3m");
+  if (!k3m && !ends_with(f.model, ".onnx"))
+    return report(invalid_argument(f.model + ": k3 run takes an .onnx model or a .k3m compiled from one"));
+  if (k3m && f.opt_level != 0)
+    return report(invalid_argument("--opt-level applies to .onnx input; a .k3m was optimized when compiled"));
   std::vector<runtime::interp::NamedTensor> inputs;
   for (const std::string& spec : f.inputs) {
     const size_t eq = spec.find('=');
@@ -175,10 +178,28 @@ int run_run(const RunFlags& f) {
     if (!t.ok()) return report(t.status().with_context("input '" + name + "'"));
     inputs.push_back({name, std::move(*t)});
   }
-  auto model = onnxfe::OnnxModel::load(f.model);
-  if (!model.ok()) return report(model.status());
-  auto graph = onnxfe::import_onnx(*model);
-  if (!graph.ok()) return report(graph.status().with_context(f.model));
+  // The graph: an ONNX file imported (then the pass pipeline up to the
+  // requested level, k3.* ops included: they run on the interpreter too),
+  // or the onnx-dialect graph a .k3m compiled from ONNX holds.
+  StatusOr<ir::Graph> graph = internal_error("no graph");
+  if (k3m) {
+    auto m = read_k3m(f.model);
+    if (!m.ok()) return report(m.status());
+    if (m->executor != Executor::kOnnxDecoder)
+      return report(invalid_argument(f.model + ": its graphs are planned step graphs (run them with k3 generate); "
+                                               "k3 run takes a .k3m compiled from ONNX that runs op by op"));
+    graph = std::move(m->decode);
+    graph->keep_alive.push_back(m->storage);  // the weights point into the file's mapping
+  } else {
+    auto model = onnxfe::OnnxModel::load(f.model);
+    if (!model.ok()) return report(model.status());
+    graph = onnxfe::import_onnx(*model);
+    if (!graph.ok()) return report(graph.status().with_context(f.model));
+    passes::PipelineOptions po;
+    po.opt_level = f.opt_level;
+    auto rep = passes::run_pipeline(*graph, po);
+    if (!rep.ok()) return report(rep.status().with_context(f.model));
+  }
   auto interp = runtime::interp::Interpreter::create(std::move(*graph));
   if (!interp.ok()) return report(interp.status());
   auto outs = interp->run(inputs);
@@ -202,12 +223,15 @@ int run_run(const RunFlags& f) {
 Registered add_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
   CLI::App* sub =
-      app.add_subcommand("run", "Run a model on input tensors and write its outputs (ONNX via the O0 interpreter)");
-  sub->add_option("model", f->model, "The model: an .onnx file")->required();
+      app.add_subcommand("run", "Run a graph once on input tensors and write every output (op by op, interpreter)");
+  sub->add_option("model", f->model, "The model: an .onnx file, or a .k3m compiled from one that runs op by op")
+      ->required();
   sub->add_option("--input", f->inputs, "NAME=FILE, one per graph input; FILE is a TensorProto .pb or a .npy");
   sub->add_option("--output-dir", f->output_dir, "Directory for the outputs (NAME.pb and NAME.npy)")->required();
   sub->add_option("--opt-level", f->opt_level,
-                  "Optimization level; 0 = naive op-by-op interpreter (the only one so far)");
+                  "Pass pipeline level for .onnx input before running (0 = as exported; 2 = norms/GeLU fused; "
+                  "3 = also k3.Rope/k3.Attention/k3.Moe)")
+      ->check(CLI::Range(0, 3));
   return {sub, [f]() { return run_run(*f); }};
 }
 
