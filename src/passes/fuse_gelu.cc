@@ -255,33 +255,13 @@ std::optional<Fusion> match_tanh(ir::Graph& g, const Readers& rd, int i, std::st
 }  // namespace
 
 StatusOr<bool> FuseGelu::run(ir::Graph& g) {
-  const Readers rd(g);
-  std::vector<Fusion> fusions;
-  const int n = static_cast<int>(g.nodes().size());
-  std::vector<bool> taken(static_cast<size_t>(n), false);
-  // A node can belong to one fusion only (first match wins).
-  auto claimed = [&](const Fusion& f) {
-    for (int k : f.nodes)
-      if (taken[static_cast<size_t>(k)]) return true;
-    for (int k : f.nodes) taken[static_cast<size_t>(k)] = true;
-    return false;
-  };
-  for (int i = 0; i < n; ++i) {
-    const ir::OpKind op = g.nodes()[static_cast<size_t>(i)].op;
-    if (op != ir::OpKind::kOnnxErf && op != ir::OpKind::kOnnxTanh) continue;
-    std::string why;
-    std::optional<Fusion> f = op == ir::OpKind::kOnnxErf ? match_erf(g, rd, i, why) : match_tanh(g, rd, i, why);
-    if (!why.empty())
-      stats_.notes.push_back("node " + g.nodes()[static_cast<size_t>(i)].name + ": GeLU pattern but " + why);
-    if (!f) continue;
-    ++stats_.matched;
-    if (claimed(*f)) continue;
-    fusions.push_back(std::move(*f));
-  }
-  if (fusions.empty()) return false;
-  apply_fusions(g, fusions);
-  stats_.applied += static_cast<int64_t>(fusions.size());
-  return true;
+  return run_anchored_fusions(
+      g, {ir::OpKind::kOnnxErf, ir::OpKind::kOnnxTanh}, "GeLU",
+      [](ir::Graph& gr, const Readers& rd, int i, std::string& why) {
+        return gr.nodes()[static_cast<size_t>(i)].op == ir::OpKind::kOnnxErf ? match_erf(gr, rd, i, why)
+                                                                             : match_tanh(gr, rd, i, why);
+      },
+      stats_);
 }
 
 }  // namespace k3::passes

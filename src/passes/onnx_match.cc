@@ -193,4 +193,36 @@ void apply_fusions(ir::Graph& g, const std::vector<Fusion>& fusions) {
   g = compact(g, keep_all);
 }
 
+bool run_anchored_fusions(ir::Graph& g, std::initializer_list<ir::OpKind> anchors, std::string_view label,
+                          const MatchFn& match, PassStats& stats) {
+  const Readers rd(g);
+  std::vector<Fusion> fusions;
+  const int n = static_cast<int>(g.nodes().size());
+  std::vector<bool> taken(static_cast<size_t>(n), false);
+  // A node can belong to one fusion only (first match wins).
+  auto claimed = [&](const Fusion& f) {
+    for (int k : f.nodes)
+      if (taken[static_cast<size_t>(k)]) return true;
+    for (int k : f.nodes) taken[static_cast<size_t>(k)] = true;
+    return false;
+  };
+  for (int i = 0; i < n; ++i) {
+    const ir::OpKind op = g.nodes()[static_cast<size_t>(i)].op;
+    if (std::find(anchors.begin(), anchors.end(), op) == anchors.end()) continue;
+    std::string why;
+    std::optional<Fusion> f = match(g, rd, i, why);
+    if (!why.empty())
+      stats.notes.push_back("node " + g.nodes()[static_cast<size_t>(i)].name + ": " + std::string(label) + " pattern " +
+                            (f ? "fused, " : "but ") + why);
+    if (!f) continue;
+    ++stats.matched;
+    if (claimed(*f)) continue;
+    fusions.push_back(std::move(*f));
+  }
+  if (fusions.empty()) return false;
+  apply_fusions(g, fusions);
+  stats.applied += static_cast<int64_t>(fusions.size());
+  return true;
+}
+
 }  // namespace k3::passes

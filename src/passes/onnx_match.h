@@ -4,11 +4,15 @@
 // matched chain of nodes by one fused node.
 #pragma once
 
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/pass.h"
 #include "util/status.h"
 
 namespace k3::passes {
@@ -77,5 +81,16 @@ struct Fusion {
 // of its match (so the order stays topological), the other matched nodes
 // are removed, and values nothing refers to any more are dropped.
 void apply_fusions(ir::Graph& g, const std::vector<Fusion>& fusions);
+
+// A pattern matcher: the fusion anchored at node `i`, or nullopt. `why`
+// says what failed (or, for a match, anything worth noting).
+using MatchFn = std::function<std::optional<Fusion>(ir::Graph& g, const Readers& rd, int i, std::string& why)>;
+
+// The loop of an anchored fusion pass: tries `match` on every node whose op
+// is one of `anchors`, notes each near miss in `stats` ("node N: <label>
+// pattern but <why>"), keeps the matches that overlap no earlier one and
+// applies them. Returns whether the graph changed.
+bool run_anchored_fusions(ir::Graph& g, std::initializer_list<ir::OpKind> anchors, std::string_view label,
+                          const MatchFn& match, PassStats& stats);
 
 }  // namespace k3::passes
