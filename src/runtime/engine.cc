@@ -31,6 +31,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   co.ctx_len = options.ctx_len;
   co.moe_dense = options.moe_dense;
   co.pipeline.opt_level = options.opt_level;
+  co.pipeline.disabled = options.disabled_passes;
   if (is_onnx_path(path)) {
     K3_ASSIGN_OR_RETURN(CompiledModel m, compile_onnx(path, co));
     return create(std::move(m), options);

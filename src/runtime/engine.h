@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "compiled/compiled_model.h"
 #include "runtime/kv_cache.h"
@@ -28,7 +29,8 @@ struct EngineOptions {
   int64_t prefill_chunk = 128;                    // tokens per prefill step
   bool reference = false;                         // run the scalar reference ops (testing)
   bool moe_dense = false;                         // the article's dense one-hot-mask MoE (for measurement)
-  int opt_level = 3;                              // pass pipeline level when compiling a checkpoint
+  int opt_level = 3;                              // pass pipeline level when compiling a checkpoint or .onnx
+  std::vector<std::string> disabled_passes;       // passes switched off then (--disable-pass)
   const kernels::KernelTable* kernels = nullptr;  // nullptr = best for this CPU
 };
 

@@ -66,6 +66,39 @@ def test_bench_compare_adds_ratio_columns(k3: K3Runner, checkpoints: dict) -> No
     assert "x |" in r.stdout
 
 
+@pytest.fixture(scope="module")
+def tiny_onnx(checkpoints: dict, ref_model, tmp_path_factory) -> Path:
+    from k3ref import export_onnx as ex
+
+    out = tmp_path_factory.mktemp("bench_onnx") / "tiny.naive.onnx"
+    return ex.export_naive(ref_model(checkpoints["k3-tiny"]), out, model_dir=checkpoints["k3-tiny"])
+
+
+def test_bench_compare_opt_levels_and_ablate(k3: K3Runner, tiny_onnx: Path, tmp_path: Path) -> None:
+    """--compare O0,O3 compiles one ONNX model at both levels (O0 runs op by
+    op: it allocates, its bytes read are not measured); --ablate measures O3
+    with each pass switched off."""
+    common = ["--model", tiny_onnx, "--prompt-len", "4", "--gen-len", "4", "--repeat", "1", "--warmup", "0",
+              "--threads", "1", "--no-sysinfo"]
+    out = tmp_path / "c.json"
+    r = k3.run("bench", *common, "--compare", "O0,O3", "--json", out, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "O3 vs O0" in r.stdout
+    o0, o3 = json.loads(out.read_text())["results"]
+    assert (o0["label"], o3["label"]) == ("O0", "O3")
+    assert o0["allocations_per_step"] > 0 and o3["allocations_per_step"] == 0
+    assert o3["bytes_per_step"] > 0 and o0["bytes_per_step"] < 0  # not measured on the interpreter
+    out = tmp_path / "a.json"
+    r = k3.run("bench", *common, "--ablate", "--json", out, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "slower than O3" in r.stdout
+    labels = [p["label"] for p in json.loads(out.read_text())["results"]]
+    assert labels[0] == "O3" and {"-fuse-attention", "-fuse-moe", "-lower-to-plan"} <= set(labels)
+    for args, needle in ((["--compare", "O0,O9"], "O9"), (["--ablate", "--compare", "O0,O3"], "--ablate")):
+        r = k3.run("bench", *common, *args)
+        assert r.returncode > 0 and needle in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--batch", "0"], "--batch"),
     (["--batch", "1,x"], "--batch"),

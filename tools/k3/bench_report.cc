@@ -41,7 +41,34 @@ nlohmann::json stat_json(const Stat& s) {
 
 }  // namespace
 
+// --ablate: one row per configuration (O3, then O3 minus one pass), the
+// pass's contribution as the slowdown without it.
+std::string ablation_table(const BenchResult& r) {
+  std::string out = "ablation: " + r.settings.models[0] + " | prompt " + std::to_string(r.settings.prompt_len) +
+                    ", generate " + std::to_string(r.settings.gen_len) + ", " + std::to_string(r.threads) +
+                    " threads, " + r.isa + ", medians of " + std::to_string(r.settings.repeat) + " runs\n";
+  auto ratio = [](double without, double with) {
+    return without < 0 || with <= 0 ? std::string("-") : fmt(without / with, 2) + "x";
+  };
+  for (int64_t batch : r.settings.batches) {
+    std::vector<const BenchPoint*> pts;
+    for (const auto& p : r.points)
+      if (p.batch == batch) pts.push_back(&p);
+    out +=
+        "\nbatch " + std::to_string(batch) +
+        "\n\n| configuration | decode ms/token | slower than O3 | TTFT ms | slower than O3 | allocations per step |\n"
+        "|---|---:|---:|---:|---:|---:|\n";
+    for (const BenchPoint* p : pts)
+      out += "| " + p->label + " | " + fmt(p->decode_ms_per_step.median, 3) + " | " +
+             ratio(p->decode_ms_per_step.median, pts[0]->decode_ms_per_step.median) + " | " +
+             fmt(p->ttft_ms.median, 2) + " | " + ratio(p->ttft_ms.median, pts[0]->ttft_ms.median) + " | " +
+             fmt(p->allocations_per_step, 1) + " |\n";
+  }
+  return out;
+}
+
 std::string bench_table(const BenchResult& r) {
+  if (r.settings.ablate) return ablation_table(r);
   const auto& labels = r.settings.labels;
   std::string out;
   out += "model: " + labels[0];
@@ -66,7 +93,7 @@ std::string bench_table(const BenchResult& r) {
         const double a = m.get(*pts[0]), b = m.get(*pts[i]);
         // Speedup: > 1 means the compared model is better on this metric.
         const double ratio = m.lower_is_better ? (b > 0 ? a / b : 0) : (a > 0 ? b / a : 0);
-        out += " " + fmt(ratio, 2) + "x |";
+        out += a < 0 || b < 0 ? std::string(" - |") : " " + fmt(ratio, 2) + "x |";  // "-": not measured
       }
       out += "\n";
     }

@@ -98,6 +98,8 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
     eo.ctx_len = s.prompt_len + s.gen_len;
     eo.prefill_chunk = std::min<int64_t>(s.prompt_len, 512);
     eo.moe_dense = m < s.moe_dense.size() && s.moe_dense[m];
+    if (m < s.opt_levels.size()) eo.opt_level = s.opt_levels[m];
+    if (m < s.disabled_passes.size()) eo.disabled_passes = s.disabled_passes[m];
     const auto t0 = std::chrono::steady_clock::now();
     auto e = Engine::load(s.models[m], eo);
     if (!e.ok()) return e.status().with_context(s.models[m]);

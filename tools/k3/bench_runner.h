@@ -15,6 +15,11 @@ struct BenchSettings {
   std::vector<std::string> models;  // one or more (compare)
   std::vector<std::string> labels;  // same length as models
   std::vector<bool> moe_dense;      // same length as models: run the article's dense MoE
+  // Same length as models (or empty): how a checkpoint or .onnx model is
+  // compiled in memory: pipeline level and passes switched off.
+  std::vector<int> opt_levels;
+  std::vector<std::vector<std::string>> disabled_passes;
+  bool ablate = false;  // models[0] is O3, the others O3 minus one pass each
   std::vector<int64_t> batches{1};
   int64_t prompt_len = 128;
   int64_t gen_len = 128;

@@ -1,4 +1,5 @@
 // k3 bench: the article's tables as medians and ratios from one run.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -7,6 +8,8 @@
 #include "bench_report.h"
 #include "bench_runner.h"
 #include "commands.h"
+#include "compiled/k3m.h"
+#include "passes/pipeline.h"
 #include "profile/sysinfo.h"
 
 namespace k3::cli {
@@ -24,7 +27,13 @@ struct BenchFlags {
   std::string json, markdown, plot;
   bool no_sysinfo = false;
   bool compare_moe = false;
+  bool ablate = false;
 };
+
+// "O0".."O3" -> the level, else -1.
+int opt_level_spec(const std::string& s) {
+  return s.size() == 2 && (s[0] == 'O' || s[0] == 'o') && s[1] >= '0' && s[1] <= '3' ? s[1] - '0' : -1;
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -44,7 +53,39 @@ Status write_file(const std::string& path, const std::string& text) {
 
 int run(const BenchFlags& f) {
   BenchSettings s;
-  if (!f.compare.empty()) {
+  if (f.ablate && (f.compare_moe || !f.compare.empty() || f.model.empty()))
+    return report(invalid_argument("--ablate takes one --model (a checkpoint or .onnx), not --compare"));
+  if (f.ablate) {
+    if (is_k3m_file(f.model))
+      return report(invalid_argument("--ablate recompiles the model without each pass: give a checkpoint or .onnx"));
+    // O3, then O3 with each optimization pass switched off in turn.
+    s.models = {f.model};
+    s.labels = {"O3"};
+    s.opt_levels = {3};
+    s.disabled_passes = {{}};
+    s.ablate = true;
+    for (const passes::PassInfo& p : passes::list_passes()) {
+      const std::string name(p.name);
+      if (p.min_opt_level < 1 || std::find(s.labels.begin(), s.labels.end(), "-" + name) != s.labels.end()) continue;
+      s.models.push_back(f.model);
+      s.labels.push_back("-" + name);
+      s.opt_levels.push_back(3);
+      s.disabled_passes.push_back({name});
+    }
+  } else if (!f.compare.empty() && opt_level_spec(split(f.compare).front()) >= 0) {
+    // --model M --compare O0,O3: one model compiled at each level.
+    if (f.model.empty() || is_k3m_file(f.model))
+      return report(invalid_argument("--compare O0,O3 compiles --model (a checkpoint or .onnx) at each level"));
+    for (const std::string& spec : split(f.compare)) {
+      const int level = opt_level_spec(spec);
+      if (level < 0) return report(invalid_argument("--compare: '" + spec + "' is not an opt level O0..O3"));
+      s.models.push_back(f.model);
+      s.labels.push_back("O" + std::to_string(level));
+      s.opt_levels.push_back(level);
+    }
+    if (s.models.size() < 2)
+      return report(invalid_argument("--compare needs at least two opt levels, comma-separated"));
+  } else if (!f.compare.empty()) {
     s.models = split(f.compare);
     if (s.models.size() < 2) return report(invalid_argument("--compare needs at least two models, comma-separated"));
   } else if (!f.model.empty() && f.compare_moe) {
@@ -54,8 +95,8 @@ int run(const BenchFlags& f) {
   } else {
     return report(invalid_argument("give --model or --compare"));
   }
-  for (const auto& m : s.models) {
-    std::string label = m;
+  for (size_t i = s.labels.size(); i < s.models.size(); ++i) {
+    std::string label = s.models[i];
     while (label.size() > 1 && label.back() == '/') label.pop_back();
     s.labels.push_back(label.substr(label.find_last_of('/') == std::string::npos ? 0 : label.find_last_of('/') + 1));
   }
@@ -112,9 +153,13 @@ Registered add_bench(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   CLI::App* sub =
       app.add_subcommand("bench", "Benchmark generation: TTFT, decode latency, throughput, bandwidth, as medians");
-  sub->add_option("-m,--model", f->model, "Model to benchmark: a checkpoint directory or a .k3m file");
+  sub->add_option("-m,--model", f->model,
+                  "Model to benchmark: a checkpoint directory, an .onnx decoder or a .k3m file");
   sub->add_option("--compare", f->compare,
-                  "Several models, comma-separated, measured run by run interleaved; ratios vs the first");
+                  "Several models, comma-separated, measured run by run interleaved; ratios vs the first. "
+                  "With --model: opt levels, e.g. O0,O3 (the model compiled at each)");
+  sub->add_flag("--ablate", f->ablate,
+                "Measure --model at O3 and with each optimization pass switched off in turn (its contribution)");
   sub->add_option("-b,--batch", f->batches, "Batch sizes, comma-separated (e.g. 1,4,8)");
   sub->add_option("-p,--prompt-len", f->prompt_len, "Prompt tokens per sequence")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
