@@ -27,7 +27,10 @@ Engines:
 * **K3** -- ``build/bin/k3 bench --model DIR --batch 1 --prompt-len P
   --gen-len G --threads T --repeat R --warmup W --temp 0 --no-sysinfo --json``
   (``$K3_BIN`` or ``--k3-bin`` to use another binary).
-* **K3 -O0** -- a TODO row: it joins when the AOT compiler exists.
+* **K3 -O0 / -O3 (ONNX)** -- engine ``k3onnx``: the naive ONNX export that
+  ONNX Runtime runs, compiled by K3 in memory at O0 (the graph op by op on
+  the interpreter, the article's baseline) and at O3 (fused and lowered to
+  the planned executor): ``k3 bench --model model.onnx --compare O0,O3``.
 * **PyTorch eager** -- the k3ref reference model (``torch.set_num_threads(T)``,
   inference mode, KV cache by concatenation).
 * **ONNX Runtime** -- the naive ONNX export of the same checkpoint
@@ -192,14 +195,22 @@ def k3_binary(explicit: Optional[str]) -> Path:
     return Path(env) if env else REPO / "build" / "bin" / "k3"
 
 
-def run_k3(binary: Path, settings: Settings, workdir: Path, k3_model: Optional[str] = None) -> EngineResult:
-    """``k3 bench`` at batch 1; reads results[0] of its JSON."""
+def run_k3(
+    binary: Path,
+    settings: Settings,
+    workdir: Path,
+    k3_model: Optional[str] = None,
+    compare: Optional[str] = None,
+) -> list[EngineResult]:
+    """``k3 bench`` at batch 1 (with ``compare``: ``--compare O0,O3`` of one
+    model); one row per result of its JSON."""
     out = workdir / "k3-bench.json"
     cmd = [
         str(binary),
         "bench",
         "--model",
         k3_model or settings.model,
+        *(["--compare", compare] if compare else []),
         "--batch",
         "1",
         "--prompt-len",
@@ -221,17 +232,20 @@ def run_k3(binary: Path, settings: Settings, workdir: Path, k3_model: Optional[s
     proc = subprocess.run(
         cmd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
     )
+    labels = [f"K3 -{c} (ONNX)" for c in compare.split(",")] if compare else ["K3"]
     if proc.returncode != 0:
-        return EngineResult(
-            "K3", note=f"k3 bench failed (rc {proc.returncode}): {proc.stderr.strip()[-300:]}"
+        note = f"k3 bench failed (rc {proc.returncode}): {proc.stderr.strip()[-300:]}"
+        return [EngineResult(label, note=note) for label in labels]
+    points = json.loads(out.read_text())["results"]
+    return [
+        EngineResult(
+            label,
+            prefill_tok_s=settings.prompt_len / point["ttft_ms"]["median"] * 1000.0,
+            decode_tok_s=point["decode_tokens_per_s"]["median"],
+            note="k3 bench --temp 0" + (f" --compare {compare} on the naive ONNX export" if compare else ""),
         )
-    point = json.loads(out.read_text())["results"][0]
-    return EngineResult(
-        "K3",
-        prefill_tok_s=settings.prompt_len / point["ttft_ms"]["median"] * 1000.0,
-        decode_tok_s=point["decode_tokens_per_s"]["median"],
-        note="k3 bench --temp 0",
-    )
+        for label, point in zip(labels, points)
+    ]
 
 
 def run_llama_cpp(gguf_path: Path, gguf_type: str, settings: Settings, prompt: np.ndarray) -> EngineResult:
@@ -383,8 +397,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs per engine first")
     parser.add_argument(
         "--engines",
-        default="k3,torch,ort",
-        help="comma-separated subset of k3,torch,ort,llama (default k3,torch,ort)",
+        default="k3,k3onnx,torch,ort",
+        help="comma-separated subset of k3,k3onnx,torch,ort,llama (default k3,k3onnx,torch,ort)",
     )
     parser.add_argument(
         "--k3-model", default=None, help="model file K3 runs (default --model; e.g. a bf16 .k3m)"
@@ -410,7 +424,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_arg_parser()
     args = parser.parse_args(argv)
     engines = {e.strip() for e in args.engines.split(",") if e.strip()}
-    if not engines <= {"k3", "torch", "ort", "llama"}:
+    if not engines <= {"k3", "k3onnx", "torch", "ort", "llama"}:
         parser.error(f"unknown engine(s) in --engines {args.engines!r}")
     if min(args.prompt_len, args.gen_len, args.threads, args.repeat) < 1 or args.warmup < 0:
         parser.error("--prompt-len, --gen-len, --threads and --repeat must be >= 1; --warmup >= 0")
@@ -438,9 +452,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         model: Optional[K3Model] = None
         onnx_path: Optional[Path] = None
         ort_note = ""
-        if engines & {"torch", "ort"}:
+        if engines & {"torch", "ort", "k3onnx"}:
             model = K3Model.from_pretrained(args.model)
-        if "ort" in engines:
+        if engines & {"ort", "k3onnx"}:
             assert model is not None
             try:
                 import onnxruntime  # noqa: F401
@@ -460,15 +474,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"K3: {binary} bench ...", file=sys.stderr)
             if binary.is_file():
                 with OtherLoad() as load:
-                    rows.append(run_k3(binary, settings, workdir, args.k3_model))
+                    rows.extend(run_k3(binary, settings, workdir, args.k3_model))
                 if args.k3_model:
                     rows[-1].note += f" on {Path(args.k3_model).name}"
                 rows[-1].other_load_cores = load.cores
             else:
                 rows.append(EngineResult("K3", note=f"not run: {binary} not found"))
-        rows.append(
-            EngineResult("K3 -O0", note="TODO: joins when the AOT compiler exists (no numbers yet)")
-        )
+        if "k3onnx" in engines:
+            binary = k3_binary(args.k3_bin)
+            if onnx_path is not None and binary.is_file():
+                print(f"K3 on the ONNX export, O0 and O3: {binary} bench --compare O0,O3 ...", file=sys.stderr)
+                with OtherLoad() as load:
+                    pair = run_k3(binary, settings, workdir, str(onnx_path), compare="O0,O3")
+                for r in pair:
+                    r.other_load_cores = load.cores
+                rows.extend(pair)
+            else:
+                why = ort_note or f"{binary} not found"
+                rows.append(EngineResult("K3 -O0/-O3 (ONNX)", note=f"not run: {why}"))
         if "torch" in engines:
             assert model is not None
             print("PyTorch eager ...", file=sys.stderr)
