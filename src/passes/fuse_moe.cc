@@ -22,7 +22,17 @@
 //     acc_{i+1} = Add(acc_i, ScatterElements(zeros, index(tok_e), u_e))   (TorchScript index_add)
 //              |  ScatterElements(acc_i, index(tok_e), u_e, reduction=add)
 //              |  ScatterND(acc_i, tok_e[:, None], u_e, reduction=add)
-//   acc_0 = ConstantOfShape(Shape(xf), 0) | a constant of zeros;  y = acc_E
+//   acc_0 = ConstantOfShape(Shape(xf), 0) | a constant of zeros
+//         | Expand(0.0 f32 scalar, Shape(xf));  y = acc_E
+//
+//   The dynamo exporter writes the same dispatch with other ops:
+//     Transpose --> Slice(cols 0:1, axis 1) --> Squeeze --> tok_e   (for the Split)
+//               --> Slice(cols 1:2, axis 1) --> Squeeze --> slot_e
+//     xf --GatherND(Unsqueeze(tok_e, -1), batch_dims 0)--> rows    (= Gather(xf, tok_e, axis 0))
+//     w_e = Unsqueeze(GatherND(s, Concat(Unsqueeze(tok_e, -1), Unsqueeze(slot_e, -1))), -1)
+//                                                                 (= s[tok_e, slot_e], [n, 1])
+//     ScatterND(acc_i, Unsqueeze(tok_e, -1), u_e, reduction=add)
+//   and Shape(xf) may carry start=0 (the whole shape).
 //
 //   FFN (gelu):   MatMul(Wu [D, F]) --> Gelu(approximate none) --> MatMul(Wd [F, D])
 //   FFN (swiglu): MatMul(Wg') --+--> Sigmoid --> Mul(g, sigmoid(g)) --> Mul(., up) --> MatMul(Wd)
@@ -42,8 +52,12 @@
 //
 // The output: y [N, D]. When y's one reader is Reshape(y, shape of x) that
 // restores x exactly (x's constant shape, Shape(x), or a Concat of
-// Unsqueeze(Gather(Shape(x), i)) for i = 0..rank-1) and xf = Reshape(x) with
-// x's last dim D, k3.Moe reads x and replaces the Reshape's output;
+// Unsqueeze(Gather(Shape(x), i)) for i = 0..rank-1, or -- dynamo -- a Concat
+// whose piece i is Shape(v, start a, end a + 1) with v's dim a equal to x's
+// dim i: the same known size or the same named symbolic dim, which the
+// runtime binds to one size) and xf = Reshape(x) with x's last dim D, k3.Moe
+// reads x and replaces the Reshape's output (a shape built from other
+// values' dims is left in place);
 // otherwise it reads xf and replaces y. Shapes downstream are re-inferred.
 //
 // Guards (each has a must-not-match test in tests/passes/test_fuse_moe.cc):
@@ -56,7 +70,11 @@
 //     Softmax, not the gate MatMul, and is not matched);
 //   - (a) every reader of the indices is Equal(idx, constant e), the
 //     experts e are 0..E-1, each found exactly once; the dispatch chain of
-//     each is the one drawn above; w_e is [n, 1] and derived from s, tok_e
+//     each is the one drawn above (dynamo: the two Slices are exactly column
+//     0 (token) and column 1 (slot), axis 1, step 1, and the Transpose has
+//     no other reader; the rows are gathered by column 0; the row GatherND
+//     has batch_dims 0 and indices Unsqueeze(tok_e, -1); the Expand zeros
+//     broadcast an f32 0.0 of at most xf's rank); w_e is [n, 1] and derived from s, tok_e
 //     (and slot_e) by indexing and layout ops only (integer arithmetic on
 //     indices is allowed, float arithmetic is not); scatter indices derive
 //     from tok_e by Unsqueeze/Expand/Reshape/Cast only; scatter axis 0; the
@@ -108,6 +126,9 @@ struct Match {
   bool swiglu = false;
   std::vector<std::vector<WeightRef>> experts;  // [e] = up, (gate), down
   std::string anchor_name;
+  // A shape the Reshape back reads that is computed outside the match from
+  // graph inputs' dims (is_shape_of, dynamo form): it stays where it is.
+  int outside_shape = -1;
 };
 
 bool is_const(const ir::Graph& g, int v) {
@@ -154,6 +175,31 @@ std::optional<std::vector<int64_t>> axes_of(const ir::Graph& g, const ir::Node& 
   for (auto& a : axes) a = a < 0 ? a + rank : a;
   std::sort(axes.begin(), axes.end());
   return axes;
+}
+
+// Which column of `x` [n, 2] Slice node `n` takes: 0 or 1 when it is
+// Slice(x, starts [c], ends [c + 1], axes [1], steps [1]) (column 1 may end
+// past 2), -1 otherwise.
+int column_slice(const ir::Graph& g, const ir::Node& n, int x) {
+  if (n.op != OpKind::kOnnxSlice || n.inputs.size() < 4 || n.inputs[0] != x || n.inputs[3] < 0) return -1;
+  const auto st = const_ints(g, n.inputs[1]), en = const_ints(g, n.inputs[2]), ax = const_ints(g, n.inputs[3]);
+  if (!st || !en || !ax || st->size() != 1 || en->size() != 1 || ax->size() != 1) return -1;
+  if ((*ax)[0] != 1 && (*ax)[0] != -1) return -1;
+  if (n.inputs.size() > 4 && n.inputs[4] >= 0) {
+    const auto sp = const_ints(g, n.inputs[4]);
+    if (!sp || *sp != std::vector<int64_t>{1}) return -1;
+  }
+  const int64_t c = (*st)[0], e = (*en)[0];
+  if (c == 0 && e == 1) return 0;
+  if (c == 1 && e >= 2) return 1;
+  return -1;
+}
+
+// Shape node `n` returns the whole shape of its input (no start/end, or
+// start 0 and no end, as the dynamo exporter writes it).
+bool whole_shape(const ir::Node& n) {
+  if (n.find_attr("end") != nullptr) return false;
+  return n.find_attr("start") == nullptr || n.attr_int("start", 0) == 0;
 }
 
 bool is_float_arith(OpKind op) {
@@ -276,6 +322,22 @@ bool Matcher::zeros_of_shape(int v, Match& m, const std::vector<int>& like) {
     }
     return fail(vname(v) + " does not have the accumulator's shape");
   }
+  if (const ir::Node* ex = produced_by(g_, v, OpKind::kOnnxExpand)) {
+    // Expand(zero scalar, Shape(l)): a constant f32 zero whose dims are all
+    // 1 broadcast to exactly l's shape.
+    const int z = ex->inputs[0];
+    const ir::Value& zv = g_.value(z);
+    if (!is_const(g_, z) || zv.dtype != ir::DType::kF32 || zv.numel() != 1 ||
+        static_cast<const float*>(zv.data)[0] != 0.0f)
+      return fail(ex->name + " does not expand a zero f32 scalar");
+    const ir::Node* sh = produced_by(g_, ex->inputs[1], OpKind::kOnnxShape);
+    if (sh == nullptr || !whole_shape(*sh) || std::find(like.begin(), like.end(), sh->inputs[0]) == like.end() ||
+        zv.shape.size() > g_.value(sh->inputs[0]).shape.size())
+      return fail(ex->name + " does not take the accumulator's shape");
+    m.nodes.insert(g_.value(v).producer);
+    m.nodes.insert(g_.value(ex->inputs[1]).producer);
+    return true;
+  }
   const ir::Node* c = produced_by(g_, v, OpKind::kOnnxConstantOfShape);
   if (c == nullptr) return fail(vname(v) + " is not zeros (ConstantOfShape)");
   if (const ir::AttrValue* a = c->find_attr("value")) {
@@ -286,8 +348,7 @@ bool Matcher::zeros_of_shape(int v, Match& m, const std::vector<int>& like) {
   }
   if (c->attr_int("value_dtype", 1) != 1) return fail(c->name + " is not f32");
   const ir::Node* sh = produced_by(g_, c->inputs[0], OpKind::kOnnxShape);
-  if (sh == nullptr || sh->find_attr("start") != nullptr || sh->find_attr("end") != nullptr ||
-      std::find(like.begin(), like.end(), sh->inputs[0]) == like.end())
+  if (sh == nullptr || !whole_shape(*sh) || std::find(like.begin(), like.end(), sh->inputs[0]) == like.end())
     return fail(c->name + " does not take the accumulator's shape");
   m.nodes.insert(g_.value(v).producer);
   m.nodes.insert(g_.value(c->inputs[0]).producer);
@@ -392,17 +453,36 @@ bool Matcher::form_a(Match& m, int& y_end) {
     if (tr < 0) return fail(who + "NonZero is not followed by Transpose");
     const auto* perm = at(tr).attr_ints("perm");
     if (perm != nullptr && *perm != std::vector<int64_t>{1, 0}) return fail(who + "Transpose is not [1, 0]");
+    // The (token, slot) columns: Split(axis 1, [1, 1]) or, as the dynamo
+    // exporter writes them, two Slices of column 0 and column 1.
+    int cols[2] = {-1, -1};
     const int sp = single_of(at(tr).outputs[0], OpKind::kOnnxSplit);
-    if (sp < 0 || at(sp).outputs.size() != 2) return fail(who + "no Split into (token, slot)");
-    const int64_t sp_axis = at(sp).attr_int("axis", 0);
-    if (sp_axis != 1 && sp_axis != -1) return fail(who + "Split is not along axis 1");
-    if (at(sp).inputs.size() > 1 && at(sp).inputs[1] >= 0) {
-      const auto sizes = const_ints(g_, at(sp).inputs[1]);
-      if (!sizes || *sizes != std::vector<int64_t>{1, 1}) return fail(who + "Split sizes are not [1, 1]");
+    if (sp >= 0) {
+      if (at(sp).outputs.size() != 2) return fail(who + "no Split into (token, slot)");
+      const int64_t sp_axis = at(sp).attr_int("axis", 0);
+      if (sp_axis != 1 && sp_axis != -1) return fail(who + "Split is not along axis 1");
+      if (at(sp).inputs.size() > 1 && at(sp).inputs[1] >= 0) {
+        const auto sizes = const_ints(g_, at(sp).inputs[1]);
+        if (!sizes || *sizes != std::vector<int64_t>{1, 1}) return fail(who + "Split sizes are not [1, 1]");
+      }
+      cols[0] = at(sp).outputs[0];
+      cols[1] = at(sp).outputs[1];
+      m.nodes.insert(sp);
+    } else {
+      const std::vector<int> sls = unique_readers(at(tr).outputs[0]);
+      if (rd_.is_output(at(tr).outputs[0]) || sls.size() != 2 || rd_.of(at(tr).outputs[0]).size() != 2)
+        return fail(who + "no Split into (token, slot)");
+      for (int sl : sls) {
+        const int c = column_slice(g_, at(sl), at(tr).outputs[0]);
+        if (c < 0 || cols[c] >= 0)
+          return fail(who + "no Split into (token, slot): " + at(sl).name + " is not column 0 or 1");
+        cols[c] = at(sl).outputs[0];
+        m.nodes.insert(sl);
+      }
     }
     int tok = -1, slot = -1;
     for (int o = 0; o < 2; ++o) {
-      const int sq = single_of(at(sp).outputs[static_cast<size_t>(o)], OpKind::kOnnxSqueeze);
+      const int sq = single_of(cols[o], OpKind::kOnnxSqueeze);
       const auto ax = sq < 0 ? std::nullopt : axes_of(g_, at(sq), 2);
       if (sq < 0 || !ax || *ax != std::vector<int64_t>{1}) return fail(who + "Split output is not squeezed on axis 1");
       m.nodes.insert(sq);
@@ -410,14 +490,28 @@ bool Matcher::form_a(Match& m, int& y_end) {
     }
     m.nodes.insert(nz);
     m.nodes.insert(tr);
-    m.nodes.insert(sp);
-    // Rows of xf for this expert.
+    // Rows of xf for this expert: Gather(xf, tok, axis 0), or
+    // GatherND(xf, Unsqueeze(tok, -1), batch_dims 0) (one index per tuple:
+    // the same rows).
     int gather = -1;
     for (int r : unique_readers(tok)) {
       const ir::Node& n = at(r);
       if (n.op == OpKind::kOnnxGather && n.inputs[0] == xf_ && n.inputs[1] == tok && n.attr_int("axis", 0) == 0) {
         if (gather >= 0) return fail(who + "rows gathered twice");
         gather = r;
+      }
+      if (n.op != OpKind::kOnnxUnsqueeze || n.inputs[0] != tok) continue;
+      const auto ax = axes_of(g_, n, 2);
+      if (!ax || *ax != std::vector<int64_t>{1}) continue;
+      for (int r2 : unique_readers(n.outputs[0])) {
+        const ir::Node& nd = at(r2);
+        if (nd.op != OpKind::kOnnxGatherND || nd.inputs.size() != 2 || nd.inputs[0] != xf_ ||
+            nd.inputs[1] != n.outputs[0])
+          continue;
+        if (nd.attr_int("batch_dims", 0) != 0) return fail(who + nd.name + " gathers rows with batch_dims != 0");
+        if (gather >= 0) return fail(who + "rows gathered twice");
+        gather = r2;
+        m.nodes.insert(r);
       }
     }
     if (gather < 0) return fail(who + "no Gather of the input rows by the token index");
@@ -632,10 +726,29 @@ bool Matcher::is_shape_of(int shp, int x, Match& m) {
   }
   if (n.op != OpKind::kOnnxConcat || n.inputs.size() != xs.size()) return false;
   std::set<int> add = {p};
+  bool outside = false;
   for (size_t i = 0; i < xs.size(); ++i) {
     const int piece = n.inputs[i];
     if (auto c = const_ints(g_, piece)) {
       if (c->size() != 1 || (*c)[0] != xs[i] || xs[i] < 0) return false;
+      continue;
+    }
+    // Shape(v, start a, end a + 1) where v's dim a is x's dim i: the same
+    // known size, or the same named symbolic dim (the interpreter binds one
+    // size per name across the inputs, so equal names are equal sizes).
+    if (const ir::Node* sl = produced_by(g_, piece, OpKind::kOnnxShape); sl != nullptr && !whole_shape(*sl)) {
+      const ir::Value& v = g_.value(sl->inputs[0]);
+      const int64_t rank = static_cast<int64_t>(v.shape.size());
+      int64_t a = sl->attr_int("start", 0), b = sl->attr_int("end", rank);
+      if (a < 0) a += rank;
+      if (b < 0) b += rank;
+      if (a < 0 || a >= rank || b != a + 1) return false;
+      const int64_t vd = v.shape[static_cast<size_t>(a)];
+      const std::string vp = v.dim_params.empty() ? std::string() : v.dim_params[static_cast<size_t>(a)];
+      const std::string xp = g_.value(x).dim_params.empty() ? std::string() : g_.value(x).dim_params[i];
+      const bool same = (vd >= 0 && vd == xs[i]) || (vd < 0 && xs[i] < 0 && !vp.empty() && vp == xp);
+      if (!same) return false;
+      outside = true;
       continue;
     }
     const ir::Node* un = produced_by(g_, piece, OpKind::kOnnxUnsqueeze);
@@ -654,6 +767,12 @@ bool Matcher::is_shape_of(int shp, int x, Match& m) {
     add.insert(g_.value(un->inputs[0]).producer);
     add.insert(g_.value(ga->inputs[0]).producer);
   }
+  // A shape built from other values' dims stays outside the match (its
+  // pieces are often shared with other reshapes).
+  if (outside) {
+    m.outside_shape = shp;
+    return true;
+  }
   m.nodes.insert(add.begin(), add.end());
   return true;
 }
@@ -662,7 +781,7 @@ bool Matcher::closed(const Match& m) {
   for (int ni : m.nodes) {
     const ir::Node& n = at(ni);
     for (int in : n.inputs) {
-      if (in < 0 || is_const(g_, in) || in == xf_ || in == x0_ || in == m.x) continue;
+      if (in < 0 || is_const(g_, in) || in == xf_ || in == x0_ || in == m.x || in == m.outside_shape) continue;
       const int p = g_.value(in).producer;
       if (p < 0 || m.nodes.count(p) == 0) return fail(n.name + " reads " + vname(in) + " from outside the MoE");
     }

@@ -7,6 +7,8 @@
 //   x1 = Slice(xt, 0:half, last axis)      x2 = Slice(xt, half:, last axis)
 //   c  = Unsqueeze(Gather(cos_table [L,half], pos [B,S]), axis 1)
 //   s  = Unsqueeze(Gather(sin_table, pos), axis 1)
+//        (or, as the dynamo exporter writes the table lookup:
+//         Gather(table, pos) = GatherND(table, Unsqueeze(pos, -1), batch_dims 0))
 //   out = Concat(Sub(Mul(x1, c), Mul(x2, s)), Add(Mul(x2, c), Mul(x1, s)), last axis)
 //
 //   ==>  out = Transpose(0,2,1,3)(Reshape(k3.Rope(y, pos, cos_table, sin_table), [B,S,H,hd]))
@@ -16,7 +18,8 @@
 // Guards (each has a must-not-match test in tests/passes/test_fuse_rope.cc):
 //   - f32 activations; the tables are constant weights [L, half] with
 //     half = hd / 2, and both are gathered (axis 0) by the same positions,
-//     an int tensor [B, S];
+//     an int tensor [B, S]; a GatherND lookup has batch_dims 0 and indices
+//     Unsqueeze(pos, -1) (one index per tuple: a row of the table);
 //   - the slices split exactly the last axis at half (steps 1), the first
 //     from 0, the second to the end;
 //   - cos multiplies x1 in the Sub and x2 in the Add, sin the other two
@@ -130,11 +133,12 @@ struct Match {
     else if (const auto* a = u->attr_ints("axes"))
       axes = *a;
     if (!axes || axes->size() != 1 || (*axes)[0] != 1) return fail("cos/sin unsqueeze is not at axis 1");
+    // Gather(table, pos, axis 0), or GatherND(table, Unsqueeze(pos, -1),
+    // batch_dims 0): the same rows (onnx_match.h gathers_rows).
     const ir::Node* ga = producer(g, u->inputs[0]);
-    if (ga == nullptr || ga->op != OpKind::kOnnxGather || ga->attr_int("axis", 0) != 0)
-      return fail("cos/sin is not a table gathered along axis 0");
-    tab = ga->inputs[0];
-    p = ga->inputs[1];
+    std::string gwhy;
+    if (ga == nullptr || !gathers_rows(g, *ga, tab, p, gwhy))
+      return fail("cos/sin is not a table gathered along axis 0" + (gwhy.empty() ? "" : " (" + gwhy + ")"));
     const ir::Value& t = g.value(tab);
     if (t.kind != ir::ValueKind::kWeight || t.dtype != ir::DType::kF32 || t.shape.size() != 2)
       return fail("rotary table is not a constant f32 [L, half]");

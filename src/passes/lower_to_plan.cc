@@ -7,7 +7,7 @@
 //   (new) slots [T] i32, out_rows [R] i32  past_*/present_* -> KV cache state
 //   [B,S,X] activations -> [T,X] rows (B*S tokens, any sequence mix)
 //
-//   Gather(table, input_ids)           -> Embedding
+//   Gather(table, input_ids) or GatherND(table, Unsqueeze(input_ids, -1)) -> Embedding
 //   LayerNormalization / RMSNormalization (last axis, constant [D] params) -> LayerNorm / RmsNorm
 //   MatMul(x, W const [K,N])           -> Linear(x, W^T [N,K])   (transposed here, stored in the .k3m)
 //   Add(a, b) of two token rows        -> Add
@@ -29,6 +29,8 @@
 // with each other. Anything else the logits need -> the graph is left as it
 // is (still correct on the interpreter) and a note names the node.
 #include "passes/lower_to_plan.h"
+
+#include "passes/onnx_match.h"
 
 #include <cmath>
 #include <cstring>
@@ -60,6 +62,7 @@ class Lowering {
     slots_ = out_.add_input("slots", DType::kI32, {s_.tokens}, ir::RowDim::kTokens);
     out_rows_ = out_.add_input("out_rows", DType::kI32, {s_.out_rows}, ir::RowDim::kOutRows);
     map_[ids] = tokens_;
+    ids_ = ids;
     map_[pos] = positions_;
     logits_ = logits;
     for (size_t i = 0; i < g_.nodes().size(); ++i) {
@@ -92,7 +95,12 @@ class Lowering {
 
   // Data inputs of a node: a Reshape's target, Unsqueeze/Squeeze axes and
   // the like only shape the ONNX tensor; rows stay rows.
-  static size_t data_inputs(const ir::Node& n) {
+  size_t data_inputs(const ir::Node& n) const {
+    int table = -1, index = -1;
+    std::string why;
+    // An embedding lookup reads input_ids itself (GatherND's Unsqueeze of
+    // the ids is part of the lookup, not a tensor of its own).
+    if (n.op == OpKind::kOnnxGatherND && gathers_rows(g_, n, table, index, why)) return 1;
     switch (n.op) {
       case OpKind::kOnnxReshape:
       case OpKind::kOnnxSqueeze:
@@ -149,10 +157,16 @@ class Lowering {
     auto in = [&](size_t i) { return i < n.inputs.size() ? mapped(n.inputs[i]) : -1; };
     const int out = n.outputs.empty() ? -1 : n.outputs[0];
     switch (n.op) {
-      case OpKind::kOnnxGather: {
-        const int table = weight(n.inputs[0], 2);
-        if (table < 0 || n.attr_int("axis", 0) != 0 || in(1) != tokens_)
+      case OpKind::kOnnxGather:
+      case OpKind::kOnnxGatherND: {
+        // Gather(table, input_ids, axis 0), or the dynamo exporter's
+        // GatherND(table, Unsqueeze(input_ids, -1)).
+        int table_in = -1, index = -1;
+        std::string why;
+        if (!gathers_rows(g_, n, table_in, index, why) || index != ids_)
           return fail(n, "not an embedding lookup (constant [V, D] table gathered by input_ids)");
+        const int table = weight(table_in, 2);
+        if (table < 0) return fail(n, "not an embedding lookup (constant [V, D] table gathered by input_ids)");
         K3_ASSIGN_OR_RETURN(map_[out], node(OpKind::kEmbedding, n.name, {table, tokens_}));
         return Status();
       }
@@ -228,7 +242,7 @@ class Lowering {
           map_[out] = x;
           return Status();
         }
-        if (x < 0 || to.empty() || to.back() != out_.value(x).shape[1])
+        if (x < 0 || to.empty() || out_.value(x).shape.size() != 2 || to.back() != out_.value(x).shape[1])
           return fail(n, "changes the row width (only regrouping token rows is free)");
         map_[out] = x;
         return Status();
@@ -299,6 +313,7 @@ class Lowering {
   std::vector<bool> needed_;
   std::map<int, int> map_, weights_, transposed_;
   std::vector<std::shared_ptr<const void>> owned_;
+  int ids_ = -1;
   int tokens_ = -1, positions_ = -1, slots_ = -1, out_rows_ = -1, logits_ = -1;
   int layer_ = 0;
   int64_t heads_ = 0, kv_heads_ = 0, head_dim_ = 0;

@@ -87,6 +87,48 @@ bool is_f32(const ir::Graph& g, int value) {
   return value >= 0 && g.value(value).dtype == ir::DType::kF32;
 }
 
+bool gathers_rows(const ir::Graph& g, const ir::Node& n, int& table, int& index, std::string& why) {
+  if (n.op == ir::OpKind::kOnnxGather && n.inputs.size() == 2) {
+    if (n.attr_int("axis", 0) != 0) {
+      why = "a Gather along axis " + std::to_string(n.attr_int("axis", 0));
+      return false;
+    }
+    table = n.inputs[0];
+    index = n.inputs[1];
+    return true;
+  }
+  if (n.op != ir::OpKind::kOnnxGatherND || n.inputs.size() != 2) {
+    why = "not a Gather or GatherND";
+    return false;
+  }
+  if (n.attr_int("batch_dims", 0) != 0) {
+    why = "a GatherND with batch_dims != 0";
+    return false;
+  }
+  const ir::Node* u = produced_by(g, n.inputs[1], ir::OpKind::kOnnxUnsqueeze);
+  if (u == nullptr || u->inputs.empty() || u->inputs[0] < 0) {
+    why = "a GatherND whose indices are not Unsqueeze(index, -1)";
+    return false;
+  }
+  std::vector<int64_t> axes;
+  if (const auto* a = u->attr_ints("axes")) {
+    axes = *a;
+  } else if (u->inputs.size() > 1 && u->inputs[1] >= 0) {
+    const ir::Value& av = g.value(u->inputs[1]);
+    if (av.kind == ir::ValueKind::kWeight && av.data != nullptr && known_shape(av) &&
+        (av.dtype == ir::DType::kI64 || av.dtype == ir::DType::kI32))
+      for (int64_t i = 0; i < av.numel(); ++i) axes.push_back(static_cast<int64_t>(*element(av, i)));
+  }
+  const int64_t rank = static_cast<int64_t>(g.value(u->inputs[0]).shape.size());
+  if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank)) {
+    why = "a GatherND whose indices are not Unsqueeze(index, -1)";
+    return false;
+  }
+  table = n.inputs[0];
+  index = u->inputs[0];
+  return true;
+}
+
 bool reduces_last_axis(const ir::Graph& g, const ir::Node& n, std::string& why) {
   if (n.op != ir::OpKind::kOnnxReduceMean || n.inputs.empty() || n.inputs[0] < 0) {
     why = "not a ReduceMean";

@@ -52,6 +52,13 @@ bool near_value(double got, double want, double rel = 1e-6);
 
 bool is_f32(const ir::Graph& g, int value);
 
+// Whether node `n` takes whole rows of a table by an index tensor: Gather(table,
+// index, axis 0), or GatherND(table, Unsqueeze(index, -1), batch_dims 0) as
+// the dynamo exporter writes it (each index tuple has one entry, so it picks
+// the same rows). Sets `table` and `index` (the un-unsqueezed one); when not,
+// `why` says what it is instead.
+bool gathers_rows(const ir::Graph& g, const ir::Node& n, int& table, int& index, std::string& why);
+
 // Whether ReduceMean node `n` reduces exactly the last axis of its input
 // with keepdims=1 (axes from the attribute or a constant input). When not,
 // `why` says what it does instead ("mean over axis 1", "keepdims=0").

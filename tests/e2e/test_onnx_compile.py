@@ -25,7 +25,8 @@ CTX = 64
 def onnx_models(
     checkpoints: dict[str, Path], ref_model: Callable, tmp_path_factory: pytest.TempPathFactory
 ) -> Callable[[str, str], Path]:
-    """(preset, style) -> exported .onnx (the static style's decode graph)."""
+    """(preset, style) -> exported .onnx: naive or dynamo (the naive model by
+    the dynamo exporter), or the static style's decode graph."""
     work = tmp_path_factory.mktemp("onnx_compile")
     cache: dict[tuple[str, str], Path] = {}
 
@@ -34,6 +35,10 @@ def onnx_models(
             model = ref_model(checkpoints[preset])
             if style == "naive":
                 path = ex.export_naive(model, work / f"{preset}.naive.onnx", model_dir=checkpoints[preset])
+            elif style == "dynamo":
+                # The naive model through the torch.export-based exporter: other
+                # op forms (GatherND lookups, Slice columns, Expand zeros).
+                path = ex.export_naive(model, work / f"{preset}.dynamo.onnx", "dynamo", checkpoints[preset])
             else:
                 paths = ex.export_static(
                     model, work / f"{preset}.static.onnx", batch=1, seq=1, past=CTX, phase="decode",
@@ -47,7 +52,7 @@ def onnx_models(
 
 
 @pytest.mark.parametrize("preset", ["k3-small", "moe-swiglu-small"])
-@pytest.mark.parametrize("style", ["naive", "static"])
+@pytest.mark.parametrize("style", ["naive", "static", "dynamo"])
 @pytest.mark.parametrize("opt_level", ["0", "1", "3"])
 def test_compiled_onnx_generates_reference_tokens(
     k3: K3Runner, checkpoints, ref_model, onnx_models, tmp_path, preset, style, opt_level

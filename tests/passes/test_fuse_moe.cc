@@ -27,6 +27,13 @@ struct Moe {
   bool scatter_nd = false;     // ScatterND(acc, tok, u, reduction=add) accumulation
   bool flat_input = false;     // x is [N, D] already (no Reshape back)
   bool scaled_weight = false;  // routing weight * 2 (float arithmetic on the weights)
+  // The dynamo exporter's form: zeros = Expand(0.0, Shape(xf, start 0)),
+  // (token, slot) = two column Slices, rows and routing weights by GatherND,
+  // ScatterND add, and the shape back from Shape(v, start, end) pieces.
+  bool dynamo = false;
+  bool dyn_swap_cols = false;     // rows gathered by column 1 (the slot), weights by (column 1, column 0)
+  float dyn_zero = 0.0f;          // the value Expand broadcasts for the accumulator
+  bool dyn_swapped_back = false;  // the shape back is [S, B, D], not x's shape
 };
 
 // Deterministic pseudo-random constant in [-scale, scale].
@@ -92,8 +99,11 @@ ir::Graph build_naive(const Moe& o) {
   int s = -1, idx = -1;
   router(b, o, xf, s, idx);
   const int64_t odt = o.dt == DType::kF32 ? 1 : 11;
-  int acc = b.node(OpKind::kOnnxConstantOfShape, "zeros", {b.node(OpKind::kOnnxShape, "xf_shape", {xf})},
-                   {{"value_dtype", odt}, {"value", 0.0}});
+  int acc = o.dynamo ? b.node(OpKind::kOnnxExpand, "zeros",
+                              {b.scalar("zero", o.dyn_zero, o.dt),
+                               b.node(OpKind::kOnnxShape, "xf_shape", {xf}, {{"start", int64_t{0}}})})
+                     : b.node(OpKind::kOnnxConstantOfShape, "zeros", {b.node(OpKind::kOnnxShape, "xf_shape", {xf})},
+                              {{"value_dtype", odt}, {"value", 0.0}});
   for (int slot_e = 0; slot_e < o.e; ++slot_e) {
     if (slot_e == o.skip_expert) continue;
     const int e = slot_e == o.dup_expert + 1 && o.dup_expert >= 0 ? o.dup_expert : slot_e;
@@ -101,6 +111,25 @@ ir::Graph build_naive(const Moe& o) {
     const int eq = b.node(OpKind::kOnnxEqual, p + "eq", {idx, b.weight(p + "id", {}, {double(e)}, DType::kI64)});
     const int nz = b.node(OpKind::kOnnxNonZero, p + "nonzero", {eq});
     const int tr = b.node(OpKind::kOnnxTranspose, p + "transpose", {nz}, {{"perm", std::vector<int64_t>{1, 0}}});
+    if (o.dynamo) {
+      auto col = [&](const std::string& n, int64_t c) {
+        const int sl = b.node(OpKind::kOnnxSlice, p + n + "_col",
+                              {tr, ints(b, p + n + "_s", {c}), ints(b, p + n + "_e", {c + 1}),
+                               ints(b, p + n + "_a", {1}), ints(b, p + n + "_st", {1})});
+        return b.node(OpKind::kOnnxSqueeze, p + n, {sl, ints(b, p + n + "_ax", {1})});
+      };
+      const int tok = col("tok", o.dyn_swap_cols ? 1 : 0);
+      const int slot = col("slot", o.dyn_swap_cols ? 0 : 1);
+      const int tu = b.node(OpKind::kOnnxUnsqueeze, p + "tok_col", {tok, ints(b, p + "axt", {-1})});
+      const int su = b.node(OpKind::kOnnxUnsqueeze, p + "slot_col", {slot, ints(b, p + "axs", {-1})});
+      const int ts = b.node(OpKind::kOnnxConcat, p + "tok_slot", {tu, su}, {{"axis", int64_t{-1}}});
+      const int wv = b.node(OpKind::kOnnxGatherND, p + "w_gather", {s, ts}, {{"batch_dims", int64_t{0}}});
+      const int w = b.node(OpKind::kOnnxUnsqueeze, p + "w", {wv, ints(b, p + "axw", {-1})});
+      const int xe = b.node(OpKind::kOnnxGatherND, p + "rows", {xf, tu}, {{"batch_dims", int64_t{0}}});
+      const int u = b.node(OpKind::kOnnxMul, p + "weighted", {ffn(b, o, xe, e), w});
+      acc = b.node(OpKind::kOnnxScatterND, p + "scatter", {acc, tu, u}, {{"reduction", std::string("add")}});
+      continue;
+    }
     const auto sp =
         multi(b, OpKind::kOnnxSplit, p + "split", {tr, ints(b, p + "sizes", {1, 1})}, {{"axis", int64_t{1}}}, 2);
     const int tok = b.node(OpKind::kOnnxSqueeze, p + "tok", {sp[0], ints(b, p + "ax0", {1})});
@@ -130,7 +159,19 @@ ir::Graph build_naive(const Moe& o) {
     }
   }
   int y = acc;
-  if (!o.flat_input) {
+  if (o.dynamo && !o.flat_input) {
+    // [B, S, D] from the dims of other values: B from another input that
+    // has the same size there, S from x, D a constant.
+    const int other = b.input("other", {2, 5}, o.dt);
+    auto dim = [&](const std::string& n, int v, int64_t a) {
+      return b.node(OpKind::kOnnxShape, n, {v}, {{"start", a}, {"end", a + 1}});
+    };
+    const int bd = dim("b_dim", other, 0), sd = dim("s_dim", x, 1);
+    std::vector<int> dims = {bd, sd, ints(b, "d_dim", {o.d})};
+    if (o.dyn_swapped_back) std::swap(dims[0], dims[1]);
+    y = b.node(OpKind::kOnnxReshape, "unflatten",
+               {acc, b.node(OpKind::kOnnxConcat, "out_shape", dims, {{"axis", int64_t{0}}})});
+  } else if (!o.flat_input) {
     const int xs = b.node(OpKind::kOnnxShape, "x_shape", {x});
     std::vector<int> dims;
     for (int i = 0; i < 3; ++i) {
@@ -142,7 +183,10 @@ ir::Graph build_naive(const Moe& o) {
     y = b.node(OpKind::kOnnxReshape, "unflatten",
                {acc, b.node(OpKind::kOnnxConcat, "out_shape", dims, {{"axis", int64_t{0}}})});
   }
-  b.g.mark_output(b.node(OpKind::kOnnxAdd, "residual", {x, y}));
+  if (o.dyn_swapped_back)
+    b.g.mark_output(y);  // [S, B, D]: no residual Add with x
+  else
+    b.g.mark_output(b.node(OpKind::kOnnxAdd, "residual", {x, y}));
   EXPECT_TRUE(b.g.verify().ok()) << b.g.verify().message();
   return std::move(b.g);
 }
@@ -242,6 +286,55 @@ TEST(FuseMoe, NaiveScatterNDAddFuses) {
   o.scatter_nd = true;
   o.e = 3;
   expect_fused(build_naive(o), o, 2);
+}
+
+TEST(FuseMoe, NaiveDynamoFormFuses) {
+  Moe o;
+  o.dynamo = true;
+  // Left: k3.Moe, the residual Add, and the shape pieces of the Reshape
+  // back (Concat, two Shapes) that nothing reads any more.
+  expect_fused(build_naive(o), o, 5);
+}
+
+TEST(FuseMoe, NaiveDynamoSwigluFuses) {
+  Moe o;
+  o.dynamo = true;
+  o.swiglu = true;
+  o.e = 3;
+  expect_fused(build_naive(o), o, 5);
+}
+
+TEST(FuseMoe, DynamoRowsByTheSlotColumnAreNotFused) {
+  // Columns swapped: rows gathered by NonZero's column 1 (k = 6 so that the
+  // graph still runs with 6 tokens).
+  Moe o;
+  o.dynamo = true;
+  o.flat_input = true;
+  o.dyn_swap_cols = true;
+  o.e = 8;
+  o.k = 6;
+  expect_not_fused(build_naive(o), "no Gather of the input rows by the token index");
+}
+
+TEST(FuseMoe, DynamoAccumulatorFromNonZeroIsNotFused) {
+  Moe o;
+  o.dynamo = true;
+  o.dyn_zero = 1.0f;
+  expect_not_fused(build_naive(o), "does not expand a zero f32 scalar");
+}
+
+TEST(FuseMoe, DynamoShapeBackThatIsNotXsShapeKeepsTheReshape) {
+  // Shape pieces [S, B, D] instead of [B, S, D]: k3.Moe reads xf and the
+  // Reshape stays.
+  Moe o;
+  o.dynamo = true;
+  o.dyn_swapped_back = true;
+  ir::Graph g = build_naive(o);
+  run_checked(g, true);
+  ASSERT_EQ(count_op(g, OpKind::kK3Moe), 1);
+  EXPECT_EQ(count_op(g, OpKind::kOnnxReshape), 2);
+  for (const ir::Node& n : g.nodes())
+    if (n.op == OpKind::kK3Moe) EXPECT_EQ(g.value(n.inputs[0]).name, "flatten");
 }
 
 TEST(FuseMoe, FlatInputWithoutReshapeBackFuses) {

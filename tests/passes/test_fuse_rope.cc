@@ -14,7 +14,18 @@ using test::Builder;
 using test::count_op;
 
 // What to break in the exported pattern (kNone builds it intact).
-enum class Break { kNone, kSign, kSliceAtOne, kTableInput, kOtherPositions, kOutputProduct, kPerm, kRepeated };
+enum class Break {
+  kNone,
+  kSign,
+  kSliceAtOne,
+  kTableInput,
+  kOtherPositions,
+  kOutputProduct,
+  kPerm,
+  kRepeated,
+  kGatherND,           // intact, tables read as the dynamo exporter does: GatherND(table, Unsqueeze(pos, -1))
+  kGatherNDConstIndex  // GatherND by a constant index tensor, not by the positions
+};
 
 constexpr int64_t kB = 1, kS = 3, kH = 2, kHd = 4, kHalf = 2, kL = 8;
 
@@ -40,8 +51,17 @@ ir::Graph rope_graph(Break brk) {
       b.weight("sin_table", {kL, kHalf},
                {0.3, -0.2, 0.1, 0.9, -0.5, 0.4, 0.7, -0.8, 0.2, 0.6, -0.1, 0.05, 0.33, -0.44, 0.55, 0.66});
   const int ax1 = c64("unsq_axis", 1);
+  const bool nd = brk == Break::kGatherND || brk == Break::kGatherNDConstIndex;
   auto table = [&](const std::string& n, int t, int p) {
-    const int gth = b.node(OpKind::kOnnxGather, n + "_gather", {t, p}, {{"axis", int64_t{0}}});
+    int gth = -1;
+    if (nd) {
+      const int idx = brk == Break::kGatherNDConstIndex
+                          ? b.weight(n + "_idx", {kB, kS, 1}, {5, 0, 7}, ir::DType::kI64)
+                          : b.node(OpKind::kOnnxUnsqueeze, n + "_idx", {p, c64(n + "_idx_axis", -1)});
+      gth = b.node(OpKind::kOnnxGatherND, n + "_gather", {t, idx}, {{"batch_dims", int64_t{0}}});
+    } else {
+      gth = b.node(OpKind::kOnnxGather, n + "_gather", {t, p}, {{"axis", int64_t{0}}});
+    }
     return b.node(OpKind::kOnnxUnsqueeze, n + "_unsqueeze", {gth, ax1});
   };
   const int c = table("cos", cos_t, pos);
@@ -96,6 +116,22 @@ TEST(FuseRope, RewritesToRopeBeforeTheHeadSplit) {
   test::expect_same_outputs(before, g);
 }
 
+// The dynamo exporter reads the tables with GatherND(table [L, half],
+// Unsqueeze(pos, -1), batch_dims 0): the same rows as Gather(table, pos).
+TEST(FuseRope, TablesReadByGatherND) {
+  ir::Graph g = rope_graph(Break::kGatherND);
+  const ir::Graph before = g;
+  FuseRope pass;
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(count_op(g, OpKind::kK3Rope), 1);
+  for (const ir::Node& n : g.nodes())
+    if (n.op == OpKind::kK3Rope) EXPECT_EQ(g.value(n.inputs[1]).name, "positions");
+  test::expect_same_outputs(before, g);
+}
+
 TEST(FuseRope, SharedTablesServeTwoRotations) {
   ir::Graph g = rope_graph(Break::kRepeated);
   const ir::Graph before = g;
@@ -130,7 +166,8 @@ INSTANTIATE_TEST_SUITE_P(Guards, FuseRopeGuard,
                                            GuardCase{Break::kTableInput, "not a constant"},
                                            GuardCase{Break::kOtherPositions, "different positions"},
                                            GuardCase{Break::kOutputProduct, "another reader"},
-                                           GuardCase{Break::kPerm, "Transpose(0,2,1,3)"}));
+                                           GuardCase{Break::kPerm, "Transpose(0,2,1,3)"},
+                                           GuardCase{Break::kGatherNDConstIndex, "Unsqueeze(index, -1)"}));
 
 TEST(K3RopeKernel, PositionOutsideTheTableIsAnError) {
   Builder b;

@@ -13,7 +13,7 @@ using ir::OpKind;
 using test::Builder;
 using test::count_op;
 
-enum class Variant { kPlain, kRelu, kActivationWeight, kNormAxis0, kShapeArithmetic };
+enum class Variant { kPlain, kRelu, kActivationWeight, kNormAxis0, kShapeArithmetic, kGatherND };
 
 constexpr int64_t kV = 16, kD = 8;
 
@@ -22,7 +22,14 @@ ir::Graph decoder(Variant v) {
   const int ids = b.input("input_ids", {1, -1}, ir::DType::kI64);
   b.input("position_ids", {1, -1}, ir::DType::kI64);
   const int table = b.ramp("embed", {kV, kD});
-  int h = b.node(OpKind::kOnnxGather, "embed", {table, ids}, {{"axis", int64_t{0}}});
+  int h = -1;
+  if (v == Variant::kGatherND) {
+    // The dynamo exporter's lookup: GatherND(table, Unsqueeze(ids, -1)).
+    const int idx = b.node(OpKind::kOnnxUnsqueeze, "ids_col", {ids, b.weight("minus1", {1}, {-1}, ir::DType::kI64)});
+    h = b.node(OpKind::kOnnxGatherND, "embed", {table, idx}, {{"batch_dims", int64_t{0}}});
+  } else {
+    h = b.node(OpKind::kOnnxGather, "embed", {table, ids}, {{"axis", int64_t{0}}});
+  }
   if (v == Variant::kShapeArithmetic) {
     // A Reshape whose target is computed from Shape(): only rows matter.
     const int shp = b.node(OpKind::kOnnxShape, "shape", {h});
@@ -45,7 +52,7 @@ PipelineOptions::PlanShape shape() {
 }
 
 TEST(LowerToPlan, BuildsTheStepGraph) {
-  for (Variant v : {Variant::kPlain, Variant::kShapeArithmetic}) {
+  for (Variant v : {Variant::kPlain, Variant::kShapeArithmetic, Variant::kGatherND}) {
     ir::Graph g = decoder(v);
     LowerToPlan pass(shape());
     auto changed = pass.run(g);
