@@ -267,7 +267,8 @@ StatusOr<bool> FuseRope::run(ir::Graph& g) {
     if (std::any_of(m.nodes.begin(), m.nodes.end(), [&](int n) { return used[static_cast<size_t>(n)]; })) continue;
     for (int n : m.nodes) used[static_cast<size_t>(n)] = true;
     const ir::Node& cat = g.nodes()[i];
-    const ir::Value& yv = g.value(m.y);
+    // A copy: add_value below may reallocate the value table.
+    const ir::Value yv = g.value(m.y);
     // New values: the rotated projection and its head split.
     ir::Value rot = yv;
     rot.name = cat.name + "/rope";
