@@ -80,6 +80,9 @@ struct Matcher {
     why = std::move(msg);
     return false;
   }
+  // Both forms end alike: a = 1 + act, then the product of x, 0.5 and a
+  // (tail); the fused onnx.Gelu takes the place of the last matched node.
+  std::optional<Fusion> finish(int x, int act, size_t rank, const char* approximate);
   // The single reader of `v` when it is op `op`, else -1 (with a reason).
   int next(int v, OpKind op, const char* what) {
     const int r = rd.only_reader(v);
@@ -141,6 +144,21 @@ struct Matcher {
 };
 
 // erf form anchored at Erf node `i`.
+std::optional<Fusion> Matcher::finish(int x, int act, size_t rank, const char* approximate) {
+  const int add_i = plus_one(act, rank);
+  if (add_i < 0) return std::nullopt;
+  const int y = tail(x, at(g, add_i).outputs[0], rank);
+  if (y < 0) return std::nullopt;
+  Fusion f;
+  f.nodes = nodes;
+  f.fused.op = OpKind::kOnnxGelu;
+  f.fused.name = at(g, *std::max_element(nodes.begin(), nodes.end())).name;
+  f.fused.inputs = {x};
+  f.fused.outputs = {y};
+  f.fused.attrs = {{"approximate", std::string(approximate)}};
+  return f;
+}
+
 std::optional<Fusion> match_erf(ir::Graph& g, const Readers& rd, int i, std::string& why) {
   const ir::Node& erf = at(g, i);
   if (erf.inputs.size() != 1) return std::nullopt;
@@ -166,18 +184,7 @@ std::optional<Fusion> match_erf(ir::Graph& g, const Readers& rd, int i, std::str
     if (!is_f32(g, x))
       return m.fail("x is " + std::string(ir::dtype_name(g.value(x).dtype)) + ", not f32"), std::nullopt;
     if (!rd.single(u)) return m.fail("x / sqrt(2) has other readers"), std::nullopt;
-    const int add_i = m.plus_one(erf.outputs[0], rank);
-    if (add_i < 0) return std::nullopt;
-    const int y = m.tail(x, at(g, add_i).outputs[0], rank);
-    if (y < 0) return std::nullopt;
-    Fusion f;
-    f.nodes = m.nodes;
-    f.fused.op = OpKind::kOnnxGelu;
-    f.fused.name = at(g, *std::max_element(m.nodes.begin(), m.nodes.end())).name;
-    f.fused.inputs = {x};
-    f.fused.outputs = {y};
-    f.fused.attrs = {{"approximate", std::string("none")}};
-    return f;
+    return m.finish(x, erf.outputs[0], rank, "none");
   }();
   why = m.why;
   return out;
@@ -235,18 +242,7 @@ std::optional<Fusion> match_tanh(ir::Graph& g, const Readers& rd, int i, std::st
       return m.fail("x is " + std::string(ir::dtype_name(g.value(x).dtype)) + ", not f32"), std::nullopt;
     for (int v : {cube, k, inner, u})
       if (!rd.single(v)) return m.fail(g.value(v).name + " has other readers"), std::nullopt;
-    const int add_i = m.plus_one(tanh.outputs[0], rank);
-    if (add_i < 0) return std::nullopt;
-    const int y = m.tail(x, at(g, add_i).outputs[0], rank);
-    if (y < 0) return std::nullopt;
-    Fusion f;
-    f.nodes = m.nodes;
-    f.fused.op = OpKind::kOnnxGelu;
-    f.fused.name = at(g, *std::max_element(m.nodes.begin(), m.nodes.end())).name;
-    f.fused.inputs = {x};
-    f.fused.outputs = {y};
-    f.fused.attrs = {{"approximate", std::string("tanh")}};
-    return f;
+    return m.finish(x, tanh.outputs[0], rank, "tanh");
   }();
   why = m.why;
   return out;

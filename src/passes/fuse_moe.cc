@@ -135,27 +135,8 @@ bool is_const(const ir::Graph& g, int v) {
   return v >= 0 && g.value(v).kind == ir::ValueKind::kWeight && g.value(v).data != nullptr;
 }
 
-std::optional<std::vector<int64_t>> const_ints(const ir::Graph& g, int v) {
-  if (!is_const(g, v)) return std::nullopt;
-  const ir::Value& val = g.value(v);
-  if (val.dtype != ir::DType::kI64 && val.dtype != ir::DType::kI32) return std::nullopt;
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < val.numel(); ++i) {
-    if (val.dtype == ir::DType::kI64) {
-      int64_t x;
-      std::memcpy(&x, static_cast<const char*>(val.data) + 8 * i, 8);
-      out.push_back(x);
-    } else {
-      int32_t x;
-      std::memcpy(&x, static_cast<const char*>(val.data) + 4 * i, 4);
-      out.push_back(x);
-    }
-  }
-  return out;
-}
-
 std::optional<int64_t> const_int_scalar(const ir::Graph& g, int v) {
-  auto xs = const_ints(g, v);
+  auto xs = constant_ints(g, v);
   if (!xs || xs->size() != 1 || g.value(v).shape.size() > 1) return std::nullopt;
   return (*xs)[0];
 }
@@ -166,7 +147,7 @@ std::optional<std::vector<int64_t>> axes_of(const ir::Graph& g, const ir::Node& 
   if (const auto* a = n.attr_ints("axes")) {
     axes = *a;
   } else if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
-    auto c = const_ints(g, n.inputs[1]);
+    auto c = constant_ints(g, n.inputs[1]);
     if (!c) return std::nullopt;
     axes = *c;
   } else {
@@ -182,11 +163,11 @@ std::optional<std::vector<int64_t>> axes_of(const ir::Graph& g, const ir::Node& 
 // past 2), -1 otherwise.
 int column_slice(const ir::Graph& g, const ir::Node& n, int x) {
   if (n.op != OpKind::kOnnxSlice || n.inputs.size() < 4 || n.inputs[0] != x || n.inputs[3] < 0) return -1;
-  const auto st = const_ints(g, n.inputs[1]), en = const_ints(g, n.inputs[2]), ax = const_ints(g, n.inputs[3]);
+  const auto st = constant_ints(g, n.inputs[1]), en = constant_ints(g, n.inputs[2]), ax = constant_ints(g, n.inputs[3]);
   if (!st || !en || !ax || st->size() != 1 || en->size() != 1 || ax->size() != 1) return -1;
   if ((*ax)[0] != 1 && (*ax)[0] != -1) return -1;
   if (n.inputs.size() > 4 && n.inputs[4] >= 0) {
-    const auto sp = const_ints(g, n.inputs[4]);
+    const auto sp = constant_ints(g, n.inputs[4]);
     if (!sp || *sp != std::vector<int64_t>{1}) return -1;
   }
   const int64_t c = (*st)[0], e = (*en)[0];
@@ -462,7 +443,7 @@ bool Matcher::form_a(Match& m, int& y_end) {
       const int64_t sp_axis = at(sp).attr_int("axis", 0);
       if (sp_axis != 1 && sp_axis != -1) return fail(who + "Split is not along axis 1");
       if (at(sp).inputs.size() > 1 && at(sp).inputs[1] >= 0) {
-        const auto sizes = const_ints(g_, at(sp).inputs[1]);
+        const auto sizes = constant_ints(g_, at(sp).inputs[1]);
         if (!sizes || *sizes != std::vector<int64_t>{1, 1}) return fail(who + "Split sizes are not [1, 1]");
       }
       cols[0] = at(sp).outputs[0];
@@ -714,7 +695,7 @@ bool Matcher::form_c(Match& m, int& y_end) {
 // shp (an i64 [rank] value) is the shape of x.
 bool Matcher::is_shape_of(int shp, int x, Match& m) {
   const auto& xs = g_.value(x).shape;
-  if (auto c = const_ints(g_, shp))
+  if (auto c = constant_ints(g_, shp))
     return *c == xs && std::all_of(xs.begin(), xs.end(), [](int64_t d) { return d >= 0; });
   const int p = g_.value(shp).producer;
   if (p < 0) return false;
@@ -729,7 +710,7 @@ bool Matcher::is_shape_of(int shp, int x, Match& m) {
   bool outside = false;
   for (size_t i = 0; i < xs.size(); ++i) {
     const int piece = n.inputs[i];
-    if (auto c = const_ints(g_, piece)) {
+    if (auto c = constant_ints(g_, piece)) {
       if (c->size() != 1 || (*c)[0] != xs[i] || xs[i] < 0) return false;
       continue;
     }

@@ -49,21 +49,9 @@ const ir::Node* producer(const ir::Graph& g, int value) {
   return p < 0 ? nullptr : &g.nodes()[static_cast<size_t>(p)];
 }
 
-// Values of a small constant int tensor; nullopt when not a constant.
+// Shape tensors, axes and slice bounds are a handful of ints.
 std::optional<std::vector<int64_t>> const_ints(const ir::Graph& g, int value) {
-  if (value < 0) return std::nullopt;
-  const ir::Value& v = g.value(value);
-  if (v.kind != ir::ValueKind::kWeight || v.has_unknown_dims() || v.numel() > 16) return std::nullopt;
-  std::vector<int64_t> out(static_cast<size_t>(v.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (v.dtype == ir::DType::kI64)
-      std::memcpy(&out[i], static_cast<const int64_t*>(v.data) + i, 8);
-    else if (v.dtype == ir::DType::kI32)
-      out[i] = static_cast<const int32_t*>(v.data)[i];
-    else
-      return std::nullopt;
-  }
-  return out;
+  return constant_ints(g, value, 16);
 }
 
 std::optional<int64_t> const_int(const ir::Graph& g, int value) {

@@ -132,6 +132,12 @@ class Lowering {
     auto it = map_.find(v);
     return it == map_.end() ? -1 : it->second;
   }
+  // The same, only for f32 token rows [T, X] (not the 1-D token/position
+  // ids): what every op but the embedding lookup reads.
+  int rows(int v) const {
+    const int m = mapped(v);
+    return m >= 0 && out_.value(m).shape.size() == 2 && out_.value(m).dtype == DType::kF32 ? m : -1;
+  }
   bool is_const(int v) const { return v >= 0 && g_.value(v).kind == ir::ValueKind::kWeight; }
   // A constant of the given rank and dtype, else -1; re-registered in out_.
   int weight(int v, size_t rank) {
@@ -154,7 +160,9 @@ class Lowering {
   }
 
   Status lower(const ir::Node& n) {
-    auto in = [&](size_t i) { return i < n.inputs.size() ? mapped(n.inputs[i]) : -1; };
+    // Inputs as token rows; ids and positions are compared by their own ids.
+    auto in = [&](size_t i) { return i < n.inputs.size() ? rows(n.inputs[i]) : -1; };
+    auto id_in = [&](size_t i) { return i < n.inputs.size() ? mapped(n.inputs[i]) : -1; };
     const int out = n.outputs.empty() ? -1 : n.outputs[0];
     switch (n.op) {
       case OpKind::kOnnxGather:
@@ -242,7 +250,7 @@ class Lowering {
           map_[out] = x;
           return Status();
         }
-        if (x < 0 || to.empty() || out_.value(x).shape.size() != 2 || to.back() != out_.value(x).shape[1])
+        if (x < 0 || to.empty() || to.back() != out_.value(x).shape[1])
           return fail(n, "changes the row width (only regrouping token rows is free)");
         map_[out] = x;
         return Status();
@@ -250,7 +258,7 @@ class Lowering {
       case OpKind::kK3Rope: {
         const int x = in(0);
         const int cos = weight(n.inputs[2], 2), sin = weight(n.inputs[3], 2);
-        if (x < 0 || in(1) != positions_ || cos < 0 || sin < 0)
+        if (x < 0 || id_in(1) != positions_ || cos < 0 || sin < 0)
           return fail(n, "not on token rows with position_ids and constant tables");
         if (out_.value(cos).shape[0] < s_.ctx) return fail(n, "the rotary table has fewer positions than the context");
         K3_ASSIGN_OR_RETURN(
@@ -259,7 +267,7 @@ class Lowering {
       }
       case OpKind::kK3Attention: {
         const int q = in(0), k = in(1), v = in(2);
-        if (q < 0 || k < 0 || v < 0 || in(3) != positions_)
+        if (q < 0 || k < 0 || v < 0 || id_in(3) != positions_)
           return fail(n, "q/k/v are not token rows or positions are not position_ids");
         for (int i : {4, 5})
           if (g_.value(n.inputs[static_cast<size_t>(i)]).kind != ir::ValueKind::kInput)

@@ -83,6 +83,25 @@ bool near_value(double got, double want, double rel) {
   return std::fabs(got - want) <= rel * std::fabs(want);
 }
 
+std::optional<std::vector<int64_t>> constant_ints(const ir::Graph& g, int value, int64_t max_elems) {
+  if (value < 0) return std::nullopt;
+  const ir::Value& v = g.value(value);
+  if (v.kind != ir::ValueKind::kWeight || v.data == nullptr || v.has_unknown_dims() || v.numel() > max_elems ||
+      (v.dtype != ir::DType::kI64 && v.dtype != ir::DType::kI32))
+    return std::nullopt;
+  std::vector<int64_t> out(static_cast<size_t>(v.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (v.dtype == ir::DType::kI64) {
+      std::memcpy(&out[i], static_cast<const char*>(v.data) + 8 * i, 8);
+    } else {
+      int32_t x;
+      std::memcpy(&x, static_cast<const char*>(v.data) + 4 * i, 4);
+      out[i] = x;
+    }
+  }
+  return out;
+}
+
 bool is_f32(const ir::Graph& g, int value) {
   return value >= 0 && g.value(value).dtype == ir::DType::kF32;
 }

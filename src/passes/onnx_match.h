@@ -47,6 +47,10 @@ int other_input(const ir::Node& n, int value);
 // a value of that rank does not change the shape); nullopt otherwise.
 std::optional<double> constant_scalar(const ir::Graph& g, int value, size_t max_rank);
 
+// The values of a constant int32/int64 tensor (a weight with data) of at
+// most max_elems elements; nullopt otherwise.
+std::optional<std::vector<int64_t>> constant_ints(const ir::Graph& g, int value, int64_t max_elems = int64_t{1} << 20);
+
 // |got - want| <= rel * |want|.
 bool near_value(double got, double want, double rel = 1e-6);
 
