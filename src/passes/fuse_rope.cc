@@ -296,7 +296,7 @@ StatusOr<bool> FuseRope::run(ir::Graph& g) {
   apply_fusions(g, fusions);
   // The new head split may know dims the exported one did not (or the
   // reverse): re-infer every onnx node's types so they agree again.
-  for (size_t i = 0; i < g.nodes().size(); ++i) K3_RETURN_IF_ERROR(refresh_onnx_types(g, i).status());
+  K3_RETURN_IF_ERROR(refresh_all_onnx_types(g));
   return true;
 }
 

@@ -123,7 +123,12 @@ StatusOr<PipelineReport> run_pipeline(ir::Graph& g, const PipelineOptions& optio
       K3_ASSIGN_OR_RETURN(rec.changed, pass->run(g));
       rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       rec.ran = true;
-      if (rec.changed) K3_RETURN_IF_ERROR(g.verify().with_context("after pass " + rec.name));
+      if (rec.changed) {
+        // A rewrite may leave onnx values downstream of it typed for what
+        // they used to read; re-infer them all here, once, for every pass.
+        K3_RETURN_IF_ERROR(refresh_all_onnx_types(g).with_context("after pass " + rec.name));
+        K3_RETURN_IF_ERROR(g.verify().with_context("after pass " + rec.name));
+      }
       rec.stats = pass->stats();
     }
     rec.nodes_after = static_cast<int64_t>(g.nodes().size());

@@ -73,6 +73,11 @@ StatusOr<int64_t> refresh_onnx_types(ir::Graph& g, size_t node_index) {
   return changed;
 }
 
+Status refresh_all_onnx_types(ir::Graph& g) {
+  for (size_t i = 0; i < g.nodes().size(); ++i) K3_RETURN_IF_ERROR(refresh_onnx_types(g, i).status());
+  return Status();
+}
+
 StatusOr<bool> SpecializeShapes::run(ir::Graph& g) {
   if (dims_.empty()) return false;
   std::map<std::string, int64_t> want;

@@ -32,5 +32,8 @@ class SpecializeShapes final : public Pass {
 // error (naming the node) when the rule refuses the inputs or a known dim
 // would change size. Fused nodes are not touched (returns 0).
 StatusOr<int64_t> refresh_onnx_types(ir::Graph& g, size_t node_index);
+// The same for every node, in order (after a rewrite changed what some
+// onnx node reads, everything downstream may know more, or less).
+Status refresh_all_onnx_types(ir::Graph& g);
 
 }  // namespace k3::passes

@@ -92,6 +92,16 @@ def test_onnx_file_runs_directly_and_batches(k3: K3Runner, checkpoints, ref_mode
     assert got == want
 
 
+def test_onnx_input_shape_ctx_sizes_the_cache(k3: K3Runner, onnx_models, tmp_path):
+    """ctx= is the KV context for an ONNX model too (it once went unnoticed)."""
+    src = onnx_models("k3-small", "naive")
+    out, rep = tmp_path / "c.k3m", tmp_path / "r.json"
+    res = k3.run("compile", src, "--out", out, "--input-shape", "batch=1,ctx=48", "--report", rep, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "ctx=48" in json.loads(rep.read_text())["flags"]
+    assert_k3_error(k3.run("generate", "--model", out, "--prompt-ids", "1,2", "-n", "2", "-c", "64"), "48")
+
+
 def test_onnx_compile_errors(k3: K3Runner, onnx_models, tmp_path):
     src = onnx_models("k3-small", "naive")
     out = tmp_path / "x.k3m"

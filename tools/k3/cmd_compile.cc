@@ -55,17 +55,20 @@ Status parse_input_shape(const std::string& text, CompileOptions& o, bool onnx) 
     }
     if (used == 0 || used != val.size() || v < 1)
       return invalid_argument("--input-shape " + key + "=" + val + ": not a positive integer");
-    if (onnx && key != "ctx") o.pipeline.dims.emplace_back(key, v);
-    if (key == "batch")
+    if (key == "ctx") {
+      o.ctx_len = v;  // KV positions per sequence, for both kinds of model
+    } else if (onnx) {
+      o.pipeline.dims.emplace_back(key, v);  // a graph dim (checked by specialize-shapes)
+      if (key == "batch") o.batch = v;
+    } else if (key == "batch") {
       o.batch = v;
-    else if (onnx)
-      ;  // a graph dim only (checked by specialize-shapes)
-    else if (key == "seq")
+    } else if (key == "seq") {
       o.prefill_chunk = v;
-    else if (key == "ctx" || key == "past")
+    } else if (key == "past") {
       o.ctx_len = v;
-    else
+    } else {
       return invalid_argument("--input-shape: unknown dimension '" + key + "' (batch, seq, ctx)");
+    }
     i = j + 1;
   }
   return Status();
