@@ -48,7 +48,18 @@
 //   down = MatMul(Gather(Wdown [E, D, F], idx), h)       [N, K, D, 1]
 //   y    = ReduceSum(Squeeze(down, 3) * Unsqueeze(s, 2), axes 1, keepdims 0)
 //
-// (b) static prefill (dense [N, E] ScatterElements mix) is not matched.
+// (b) static prefill (StaticPrefillModel.moe, the article's dense one-hot
+//     mask: every expert on every token, mixed by a [N, E] weight matrix)
+//
+//   dense = ScatterElements(zeros [N, E], idx, s, axis 1)     [N, E]
+//   xu    = Unsqueeze/Reshape(xf) [1, N, D]
+//   up    = MatMul(xu, Wup [E, D, F])                          [E, N, F]
+//   h     = Gelu(up) | Sigmoid/Mul SwiGLU with MatMul(xu, Wgate [E, D, F])
+//   down  = MatMul(h, Wdown [E, F, D])                         [E, N, D]
+//   y     = ReduceSum(down * Unsqueeze(Transpose(dense, [1, 0]), 2), axes 0, keepdims 0)
+//
+//   k3.Moe computes the same sum over the chosen experts only (the other
+//   columns of `dense` are 0): E/K times fewer expert FLOPs and bytes.
 //
 // The output: y [N, D]. When y's one reader is Reshape(y, shape of x) that
 // restores x exactly (x's constant shape, Shape(x), or a Concat of
@@ -80,6 +91,12 @@
 //     from tok_e by Unsqueeze/Expand/Reshape/Cast only; scatter axis 0; the
 //     accumulation is one chain from zeros of xf's shape through all E
 //     experts;
+//   - (b) the indices' one reader is ScatterElements(all-zero constant
+//     [N, E], idx, s) on axis 1 with no reduction; the mix is exactly
+//     Transpose(perm [1, 0]) -> Unsqueeze(axis 2); xu is xf by Unsqueeze /
+//     Reshape only, shaped [1, N, D]; every reader of xu is a MatMul by a
+//     constant f32 [E, D, F] stack (one up, at most one gate); down is
+//     [E, F, D]; the sum is over axis 0 with keepdims 0;
 //   - (c) every reader of the indices is Gather(axis 0) of a constant f32
 //     [E, ., .]; exactly one up (and one gate) and one down stack;
 //     Squeeze/Unsqueeze/ReduceSum axes as drawn;
@@ -110,7 +127,8 @@ namespace {
 using ir::OpKind;
 
 // One expert weight as k3.Moe wants it: `value` ([in, out] MatMul
-// initializer to transpose, or row `slice` of a stacked [E, out, in]).
+// initializer to transpose, or row `slice` of a stacked [E, out, in], or
+// -- both set -- row `slice` of a stacked [E, in, out] to transpose).
 struct WeightRef {
   int value = -1;
   bool transpose = false;
@@ -239,7 +257,9 @@ class Matcher {
               std::set<int>& seen);
   bool zeros_of_shape(int v, Match& m, const std::vector<int>& like);
   bool ffn_2d(int xe, int64_t e, Match& m, int& ye);
+  bool hidden(const std::vector<int>& in_side, Match& m, int& up, int& gmm, int& h);
   bool form_a(Match& m, int& y_end);
+  bool form_b(Match& m, int& y_end);
   bool form_c(Match& m, int& y_end);
   bool is_shape_of(int shp, int x, Match& m);
   bool closed(const Match& m);
@@ -583,42 +603,10 @@ bool Matcher::form_a(Match& m, int& y_end) {
   return true;
 }
 
-bool Matcher::form_c(Match& m, int& y_end) {
-  std::vector<int> in_side;  // MatMuls of gathered [F, D] stacks by xv
-  int down = -1, xv = -1;
-  for (int r : unique_readers(idx_)) {
-    const ir::Node& gn = at(r);
-    if (gn.op != OpKind::kOnnxGather || gn.inputs[1] != idx_ || gn.attr_int("axis", 0) != 0 ||
-        !const_f32(gn.inputs[0], 3) || g_.value(gn.inputs[0]).shape[0] != e_)
-      return fail("the indices are read by " + gn.name + ", not a Gather of a constant f32 [E, ., .] stack");
-    const int mm = single_of(gn.outputs[0], OpKind::kOnnxMatMul);
-    if (mm < 0 || at(mm).inputs[0] != gn.outputs[0]) return fail(gn.name + " is not multiplied by activations");
-    m.nodes.insert(r);
-    m.nodes.insert(mm);
-    // Is the other operand xf reshaped to [N, 1, D, 1]?
-    const int other = at(mm).inputs[1];
-    const auto& os = g_.value(other).shape;
-    bool from_x = false;
-    if (os.size() == 4 && os[1] == 1 && os[2] == d_ && os[3] == 1) {
-      std::set<int> hit, seen;
-      Match tmp;
-      if (derive(other, {xf_}, {OpKind::kOnnxUnsqueeze, OpKind::kOnnxReshape}, hit, tmp, seen) && hit.count(xf_)) {
-        from_x = true;
-        if (xv >= 0 && xv != other) return fail("two different reshapes of the input");
-        xv = other;
-        m.nodes.insert(tmp.nodes.begin(), tmp.nodes.end());
-      }
-    }
-    if (from_x) {
-      in_side.push_back(mm);
-    } else {
-      if (down >= 0) return fail("two stacks multiply the hidden activations");
-      down = mm;
-    }
-  }
-  if (down < 0 || in_side.empty() || in_side.size() > 2) return fail("not one up (and gate) and one down stack");
-  auto stack_of = [&](int mm) { return at(g_.value(at(mm).inputs[0]).producer).inputs[0]; };
-  int up = -1, gmm = -1, h = -1;
+// The expert activation after the stacked input projections `in_side`
+// (one MatMul: GeLU; two: SwiGLU), forms b and c: sets the up and gate
+// MatMuls and the hidden value h the down projection must read.
+bool Matcher::hidden(const std::vector<int>& in_side, Match& m, int& up, int& gmm, int& h) {
   if (in_side.size() == 1) {
     up = in_side[0];
     const int ge = single_of(at(up).outputs[0], OpKind::kOnnxGelu);
@@ -656,6 +644,125 @@ bool Matcher::form_c(Match& m, int& y_end) {
     if (gmm < 0) return fail("two stacked projections but no SiLU(gate) * up");
     swiglu_ = 1;
   }
+  return true;
+}
+
+bool Matcher::form_b(Match& m, int& y_end) {
+  const std::vector<int> rs = unique_readers(idx_);
+  const ir::Node& sc = at(rs[0]);
+  if (rs.size() != 1 || sc.op != OpKind::kOnnxScatterElements || sc.inputs.size() != 3 || sc.inputs[1] != idx_ ||
+      sc.inputs[2] != s_)
+    return fail("the indices are read by " + sc.name + ", not only by ScatterElements(zeros, indices, softmax)");
+  const int64_t sax = sc.attr_int("axis", 0);
+  if (sax != 1 && sax != -1) return fail(sc.name + " does not scatter along the expert axis");
+  if (const ir::AttrValue* r = sc.find_attr("reduction");
+      r != nullptr && (std::get_if<std::string>(r) == nullptr || *std::get_if<std::string>(r) != "none"))
+    return fail(sc.name + " has a reduction (the dense mix must overwrite zeros)");
+  // The zeros must be a constant: ConstantOfShape(Shape(logits)) would make
+  // the logits' reader count fail the router guard anyway.
+  if (!is_const(g_, sc.inputs[0])) return fail(sc.name + " does not scatter into constant zeros");
+  if (!zeros_of_shape(sc.inputs[0], m, {at(g_.value(idx_).producer).inputs[0]})) return false;
+  m.nodes.insert(rs[0]);
+  const int tr = single_of(sc.outputs[0], OpKind::kOnnxTranspose);
+  const auto* perm = tr < 0 ? nullptr : at(tr).attr_ints("perm");
+  if (perm == nullptr || *perm != std::vector<int64_t>{1, 0}) return fail("the dense mix is not transposed to [E, N]");
+  const int un = single_of(at(tr).outputs[0], OpKind::kOnnxUnsqueeze);
+  const auto un_ax = un < 0 ? std::nullopt : axes_of(g_, at(un), 3);
+  if (un < 0 || !un_ax || *un_ax != std::vector<int64_t>{2})
+    return fail("the dense mix is not unsqueezed to [E, N, 1]");
+  const int mul = single_of(at(un).outputs[0], OpKind::kOnnxMul);
+  if (mul < 0) return fail("the dense mix does not weight the expert outputs");
+  m.nodes.insert(tr);
+  m.nodes.insert(un);
+  m.nodes.insert(mul);
+  // The input projections: MatMul(xu [1, N, D], constant [E, D, F]).
+  std::vector<int> in_side;
+  int xu = -1;
+  for (int r : unique_readers(xf_)) {
+    const ir::Node& rn = at(r);
+    if (rn.op == OpKind::kOnnxMatMul && rn.outputs[0] == at(g_.value(idx_).producer).inputs[0]) continue;  // gate
+    if (rn.op != OpKind::kOnnxUnsqueeze && rn.op != OpKind::kOnnxReshape) continue;  // closed() judges the rest
+    if (g_.value(rn.outputs[0]).shape != std::vector<int64_t>{1, g_.value(xf_).shape[0], d_}) continue;
+    for (int mm : unique_readers(rn.outputs[0])) {
+      const ir::Node& mn = at(mm);
+      if (mn.op != OpKind::kOnnxMatMul || mn.inputs[0] != rn.outputs[0] || !const_f32(mn.inputs[1], 3) ||
+          g_.value(mn.inputs[1]).shape[0] != e_ || g_.value(mn.inputs[1]).shape[1] != d_)
+        return fail(vname(rn.outputs[0]) + " is read by " + mn.name +
+                    ", not a MatMul by a constant f32 [E, D, F] stack");
+      in_side.push_back(mm);
+    }
+    if (xu >= 0) return fail("two different reshapes of the input");
+    xu = rn.outputs[0];
+    std::set<int> hit, seen;
+    if (!derive(xu, {xf_}, {OpKind::kOnnxUnsqueeze, OpKind::kOnnxReshape}, hit, m, seen)) return false;
+    if (hit.count(xf_) == 0) return fail(vname(xu) + " is not computed from the input");
+  }
+  if (in_side.empty() || in_side.size() > 2) return fail("not one up (and gate) stack on the input");
+  int up = -1, gmm = -1, h = -1;
+  if (!hidden(in_side, m, up, gmm, h)) return false;
+  const int down = single_of(h, OpKind::kOnnxMatMul);
+  if (down < 0 || at(down).inputs[0] != h || !const_f32(at(down).inputs[1], 3))
+    return fail("the activation is not multiplied by a constant down stack");
+  const int64_t f = g_.value(at(up).inputs[1]).shape[2];
+  if (g_.value(at(down).inputs[1]).shape != std::vector<int64_t>{e_, f, d_} ||
+      (gmm >= 0 && g_.value(at(gmm).inputs[1]).shape != g_.value(at(up).inputs[1]).shape))
+    return fail("stacked weight shapes do not agree with [E, D, F] / [E, F, D]");
+  if (other_input(at(mul), at(un).outputs[0]) != at(down).outputs[0] || rd_.only_reader(at(down).outputs[0]) != mul)
+    return fail("the dense mix does not weight the down projection");
+  const int sum = single_of(at(mul).outputs[0], OpKind::kOnnxReduceSum);
+  const auto sum_ax = sum < 0 ? std::nullopt : axes_of(g_, at(sum), 3);
+  if (sum < 0 || !sum_ax || *sum_ax != std::vector<int64_t>{0} || at(sum).attr_int("keepdims", 1) != 0)
+    return fail("the weighted outputs are not summed over the expert axis (keepdims=0)");
+  for (int n : {up, down, sum}) m.nodes.insert(n);
+  for (int n : in_side) m.nodes.insert(n);
+  f_ = f;
+  for (int64_t e = 0; e < e_; ++e) {
+    std::vector<WeightRef> ws = {{at(up).inputs[1], true, e}};
+    if (gmm >= 0) ws.push_back({at(gmm).inputs[1], true, e});
+    ws.push_back({at(down).inputs[1], true, e});
+    m.experts[static_cast<size_t>(e)] = ws;
+  }
+  y_end = at(sum).outputs[0];
+  return true;
+}
+
+bool Matcher::form_c(Match& m, int& y_end) {
+  std::vector<int> in_side;  // MatMuls of gathered [F, D] stacks by xv
+  int down = -1, xv = -1;
+  for (int r : unique_readers(idx_)) {
+    const ir::Node& gn = at(r);
+    if (gn.op != OpKind::kOnnxGather || gn.inputs[1] != idx_ || gn.attr_int("axis", 0) != 0 ||
+        !const_f32(gn.inputs[0], 3) || g_.value(gn.inputs[0]).shape[0] != e_)
+      return fail("the indices are read by " + gn.name + ", not a Gather of a constant f32 [E, ., .] stack");
+    const int mm = single_of(gn.outputs[0], OpKind::kOnnxMatMul);
+    if (mm < 0 || at(mm).inputs[0] != gn.outputs[0]) return fail(gn.name + " is not multiplied by activations");
+    m.nodes.insert(r);
+    m.nodes.insert(mm);
+    // Is the other operand xf reshaped to [N, 1, D, 1]?
+    const int other = at(mm).inputs[1];
+    const auto& os = g_.value(other).shape;
+    bool from_x = false;
+    if (os.size() == 4 && os[1] == 1 && os[2] == d_ && os[3] == 1) {
+      std::set<int> hit, seen;
+      Match tmp;
+      if (derive(other, {xf_}, {OpKind::kOnnxUnsqueeze, OpKind::kOnnxReshape}, hit, tmp, seen) && hit.count(xf_)) {
+        from_x = true;
+        if (xv >= 0 && xv != other) return fail("two different reshapes of the input");
+        xv = other;
+        m.nodes.insert(tmp.nodes.begin(), tmp.nodes.end());
+      }
+    }
+    if (from_x) {
+      in_side.push_back(mm);
+    } else {
+      if (down >= 0) return fail("two stacks multiply the hidden activations");
+      down = mm;
+    }
+  }
+  if (down < 0 || in_side.empty() || in_side.size() > 2) return fail("not one up (and gate) and one down stack");
+  auto stack_of = [&](int mm) { return at(g_.value(at(mm).inputs[0]).producer).inputs[0]; };
+  int up = -1, gmm = -1, h = -1;
+  if (!hidden(in_side, m, up, gmm, h)) return false;
   if (at(down).inputs[1] != h) return fail("the down stack does not multiply the activation");
   const auto& us = g_.value(stack_of(up)).shape;
   const int64_t f = us[1];
@@ -818,6 +925,8 @@ bool Matcher::match(int topk, Match& m) {
   int y_end = -1;
   if (first.op == OpKind::kOnnxEqual) {
     if (!form_a(m, y_end)) return false;
+  } else if (first.op == OpKind::kOnnxScatterElements) {
+    if (!form_b(m, y_end)) return false;
   } else if (first.op == OpKind::kOnnxGather) {
     if (!form_c(m, y_end)) return false;
   } else {
@@ -845,15 +954,18 @@ bool Matcher::match(int topk, Match& m) {
   return closed(m);
 }
 
-// A new f32 [c, r] weight holding the transpose of the [r, c] weight v.
-int transposed(ir::Graph& g, int v) {
+// A new f32 [c, r] weight holding the transpose of the [r, c] weight v
+// (of row `slice` of v when v is a stacked [E, r, c]).
+int transposed(ir::Graph& g, int v, int64_t slice = -1) {
   const ir::Value w = g.value(v);
-  const int64_t r = w.shape[0], c = w.shape[1];
+  const size_t rank = w.shape.size();
+  const int64_t r = w.shape[rank - 2], c = w.shape[rank - 1];
   auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(r * c));
-  const float* src = static_cast<const float*>(w.data);
+  const float* src = static_cast<const float*>(w.data) + (slice < 0 ? 0 : slice * r * c);
   for (int64_t i = 0; i < r; ++i)
     for (int64_t j = 0; j < c; ++j) (*buf)[static_cast<size_t>(j * r + i)] = src[i * c + j];
-  const int id = g.add_weight(w.name + ":moe_t", ir::DType::kF32, {c, r}, buf->data());
+  const std::string name = w.name + (slice < 0 ? "" : ":e" + std::to_string(slice)) + ":moe_t";
+  const int id = g.add_weight(name, ir::DType::kF32, {c, r}, buf->data());
   g.keep_alive.push_back(std::move(buf));
   return id;
 }
@@ -902,7 +1014,7 @@ StatusOr<bool> FuseMoe::run(ir::Graph& g) {
     f.fused.inputs = {m.x, transposed(g, m.gate)};
     for (const auto& ws : m.experts)
       for (const WeightRef& w : ws)
-        f.fused.inputs.push_back(w.slice >= 0 ? slice_of(g, w.value, w.slice) : transposed(g, w.value));
+        f.fused.inputs.push_back(w.transpose ? transposed(g, w.value, w.slice) : slice_of(g, w.value, w.slice));
     f.fused.outputs = {m.replaced};
     f.fused.attrs = {{"n_experts", m.n_experts}, {"top_k", m.top_k}, {"swiglu", int64_t{m.swiglu ? 1 : 0}}};
     ir::Value& out = g.values()[static_cast<size_t>(m.replaced)];

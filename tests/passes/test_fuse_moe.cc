@@ -1,5 +1,5 @@
 // fuse-moe pass: hand-built graphs of the exported MoE forms (naive top-k
-// index dispatch, stacked-weight gather by index) fold into one k3.Moe with
+// index dispatch, the dense one-hot mask, stacked-weight gather by index) fold into one k3.Moe with
 // the O0 interpreter's outputs unchanged (which also checks k3.Moe's
 // reference kernel against the decomposed graphs), and one must-not-match
 // test per guard.
@@ -34,6 +34,12 @@ struct Moe {
   bool dyn_swap_cols = false;     // rows gathered by column 1 (the slot), weights by (column 1, column 0)
   float dyn_zero = 0.0f;          // the value Expand broadcasts for the accumulator
   bool dyn_swapped_back = false;  // the shape back is [S, B, D], not x's shape
+  // The dense (static prefill) form's near misses.
+  bool dense_add = false;           // ScatterElements with reduction=add
+  float dense_zero = 0.0f;          // the value of the scattered-into constant
+  bool dense_no_transpose = false;  // mix Unsqueezed without the [1, 0] Transpose (wrong layout)
+  bool dense_stack_input = false;   // the up stack is a graph input, not a constant
+  bool dense_keepdims = false;      // ReduceSum keepdims=1
 };
 
 // Deterministic pseudo-random constant in [-scale, scale].
@@ -227,6 +233,48 @@ ir::Graph build_gather(const Moe& o) {
   return std::move(b.g);
 }
 
+// StaticPrefillModel.moe (form b, the article's dense one-hot mask): every
+// expert on every token, mixed by ScatterElements(zeros [N, E], idx, s).
+ir::Graph build_dense(const Moe& o) {
+  Builder b;
+  const int64_t n = 3;
+  const int x = b.input("x", {1, n, o.d}, o.dt);
+  const int xf = b.node(OpKind::kOnnxReshape, "flatten", {x, ints(b, "flat_shape", {n, o.d})});
+  int s = -1, idx = -1;
+  router(b, o, xf, s, idx);
+  const int zeros = b.weight("zeros", {n, o.e}, std::vector<double>(static_cast<size_t>(n * o.e), o.dense_zero), o.dt);
+  std::vector<ir::Attr> sc_attrs = {{"axis", int64_t{1}}};
+  if (o.dense_add) sc_attrs.push_back({"reduction", std::string("add")});
+  const int dense = b.node(OpKind::kOnnxScatterElements, "dense", {zeros, idx, s}, sc_attrs);
+  const int xu = b.node(OpKind::kOnnxUnsqueeze, "xu", {xf, ints(b, "a0", {0})});
+  auto stack = [&](const std::string& name, std::vector<int64_t> shape, uint32_t seed) {
+    return o.dense_stack_input && name == "up" ? b.input(name, shape, o.dt)
+                                               : rnd(b, name, std::move(shape), seed, 0.5, o.dt);
+  };
+  const int up = b.node(OpKind::kOnnxMatMul, "up", {xu, stack("up", {o.e, o.d, o.f}, 30)});
+  int h = -1;
+  if (o.swiglu) {
+    const int g = b.node(OpKind::kOnnxMatMul, "gate_proj", {xu, stack("gate", {o.e, o.d, o.f}, 31)});
+    const int silu = b.node(OpKind::kOnnxMul, "silu", {g, b.node(OpKind::kOnnxSigmoid, "sigmoid", {g})});
+    h = b.node(OpKind::kOnnxMul, "glu", {silu, up});
+  } else {
+    h = b.node(OpKind::kOnnxGelu, "act", {up});
+  }
+  const int down = b.node(OpKind::kOnnxMatMul, "down", {h, stack("down", {o.e, o.f, o.d}, 32)});
+  // [E, N, 1] (or, without the Transpose, [N, E, 1]: broadcasts only when N == E).
+  const int mixed = o.dense_no_transpose
+                        ? dense
+                        : b.node(OpKind::kOnnxTranspose, "dense_t", {dense}, {{"perm", std::vector<int64_t>{1, 0}}});
+  const int w = b.node(OpKind::kOnnxUnsqueeze, "w", {mixed, ints(b, "am1", {-1})});
+  const int sum =
+      b.node(OpKind::kOnnxReduceSum, "sum", {b.node(OpKind::kOnnxMul, "weighted", {down, w}), ints(b, "ax0", {0})},
+             {{"keepdims", int64_t{o.dense_keepdims ? 1 : 0}}});
+  const int y = b.node(OpKind::kOnnxReshape, "unflatten", {sum, ints(b, "out_shape", {1, n, o.d})});
+  b.g.mark_output(b.node(OpKind::kOnnxAdd, "residual", {x, y}));
+  EXPECT_TRUE(b.g.verify().ok()) << b.g.verify().message();
+  return std::move(b.g);
+}
+
 FuseMoe run_checked(ir::Graph& g, bool want_change) {
   const ir::Graph before = g;
   FuseMoe pass;
@@ -353,6 +401,51 @@ TEST(FuseMoe, GatherByIndexSwigluFuses) {
   o.swiglu = true;
   o.k = 3;
   expect_fused(build_gather(o), o, 2);
+}
+
+TEST(FuseMoe, DenseMaskGeluFuses) {
+  Moe o;
+  expect_fused(build_dense(o), o, 2);
+}
+
+TEST(FuseMoe, DenseMaskSwigluFuses) {
+  Moe o;
+  o.swiglu = true;
+  o.e = 5;
+  o.k = 3;
+  expect_fused(build_dense(o), o, 2);
+}
+
+TEST(FuseMoe, DenseScatterWithReductionIsNotFused) {
+  Moe o;
+  o.dense_add = true;
+  expect_not_fused(build_dense(o), "has a reduction");
+}
+
+TEST(FuseMoe, DenseScatterIntoNonZerosIsNotFused) {
+  Moe o;
+  o.dense_zero = 0.5f;
+  expect_not_fused(build_dense(o), "is not all zeros");
+}
+
+TEST(FuseMoe, DenseMixWithoutTransposeIsNotFused) {
+  Moe o;
+  o.e = 3;  // N == E, so the untransposed [N, E, 1] mix still broadcasts
+  o.k = 1;
+  o.dense_no_transpose = true;
+  expect_not_fused(build_dense(o), "not transposed");
+}
+
+TEST(FuseMoe, DenseStackNotConstantIsNotFused) {
+  Moe o;
+  o.dense_stack_input = true;
+  expect_not_fused(build_dense(o), "not a MatMul by a constant");
+}
+
+TEST(FuseMoe, DenseSumWithKeepdimsIsNotFused) {
+  Moe o;
+  o.dense_keepdims = true;
+  expect_not_fused(build_dense(o), "summed over the expert axis");
 }
 
 TEST(FuseMoe, GateWeightNotConstantIsNotFused) {
