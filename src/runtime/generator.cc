@@ -2,6 +2,7 @@
 // before it starts (no allocation per token; tests/runtime checks this).
 #include "runtime/generator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -62,7 +63,9 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
     }
     const int32_t tok = sampler_.sample(logits, opt.sampling, rngs[static_cast<size_t>(i)]);
     r.tokens[static_cast<size_t>(i)].push_back(tok);
-    if (opt.stop_at_eos && c.eos_token_id && tok == *c.eos_token_id)
+    if (opt.on_token) opt.on_token(i, tok);
+    const bool stop_id = std::find(opt.stop_ids.begin(), opt.stop_ids.end(), tok) != opt.stop_ids.end();
+    if (opt.stop_at_eos && ((c.eos_token_id && tok == *c.eos_token_id) || stop_id))
       r.finish_reason[static_cast<size_t>(i)] = "eos";
     else if (static_cast<int64_t>(r.tokens[static_cast<size_t>(i)].size()) >= opt.max_new_tokens)
       r.finish_reason[static_cast<size_t>(i)] = "length";

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ struct GenerateOptions {
   int64_t max_new_tokens = 32;
   SamplingParams sampling;
   bool stop_at_eos = true;
+  // More ids that end a sequence (a tokenizer's end-of-turn tokens), when
+  // stop_at_eos is on; the config's eos_token_id always does.
+  std::vector<int32_t> stop_ids;
+  // Optional: called with (prompt index, token) as each token is accepted,
+  // for streaming output. The engine's step allocates nothing; what the
+  // callback does is the caller's business.
+  std::function<void(int64_t, int32_t)> on_token;
   // Optional: per-node hooks for every decode step (bench statistics).
   StepHooks* decode_hooks = nullptr;
   // Optional: receives the logits row used to choose each token (testing).
@@ -31,9 +39,9 @@ struct GenerateResult {
   double prefill_ms = 0;                     // all prompts' prefill + first tokens
   double decode_ms = 0;                      // all decode steps
   int64_t decode_steps = 0;
-  int64_t decode_tokens = 0;                 // tokens produced by decode steps
+  int64_t decode_tokens = 0;  // tokens produced by decode steps
   int64_t prompt_tokens = 0;
-  int64_t decode_allocations = -1;           // heap allocations in the decode loop; -1 = not counted
+  int64_t decode_allocations = -1;  // heap allocations in the decode loop; -1 = not counted
 };
 
 class Generator {

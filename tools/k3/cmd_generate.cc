@@ -1,14 +1,17 @@
-// k3 generate: prefill + decode with timing, token ids in and out.
+// k3 generate: prefill + decode with timing; token ids in and out, or text
+// through the model's Hugging Face tokenizer (streamed as it is generated).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "commands.h"
 #include "runtime/generator.h"
 #include "tensor_dump.h"
+#include "text_io.h"
 #include "util/npy.h"
 
 namespace k3::cli {
@@ -18,6 +21,11 @@ struct GenerateFlags {
   std::string model;
   std::vector<std::string> prompt_ids;
   std::string prompt_ids_file;
+  std::vector<std::string> prompts;       // text
+  std::vector<std::string> prompt_files;  // text, one prompt per file
+  std::string tokenizer;
+  bool no_parse_special = false;
+  bool special = false;
   int64_t max_new_tokens = 32;
   float temperature = 0.8f;
   int64_t top_k = 40;
@@ -53,23 +61,59 @@ StatusOr<std::vector<std::vector<int32_t>>> read_prompts(const GenerateFlags& f)
       prompts.push_back(std::move(ids).value());
     }
   }
-  if (prompts.empty()) return invalid_argument("no prompt: give --prompt-ids or --prompt-ids-file");
   return prompts;
 }
 
+// A model's vocabulary may be larger than its tokenizer's (rows padded to a
+// multiple of 64, or a random test model); an id the tokenizer has no text
+// for contributes no text, as in the Python tokenizers library. The ids
+// themselves are reported unchanged (--json).
+std::vector<int32_t> known_ids(const tok::Tokenizer& t, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> out;
+  for (int32_t id : ids)
+    if (t.id_to_token(id) != nullptr) out.push_back(id);
+  return out;
+}
+
+bool has_text_prompts(const GenerateFlags& f) {
+  return !f.prompts.empty() || !f.prompt_files.empty();
+}
+
+// Text prompts -> ids with the model's tokenizer (BOS etc. as its
+// post-processor adds them).
+StatusOr<std::vector<std::vector<int32_t>>> encode_prompts(const GenerateFlags& f, const tok::Tokenizer& t) {
+  K3_ASSIGN_OR_RETURN(auto texts, read_prompt_texts(f.prompts, f.prompt_files));
+  tok::EncodeOptions eo;
+  eo.parse_special = !f.no_parse_special;
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    K3_ASSIGN_OR_RETURN(auto ids, t.encode(texts[i], eo));
+    if (ids.empty()) return invalid_argument("prompt " + std::to_string(i) + " is empty after tokenization");
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
 int run_generate(const GenerateFlags& f) {
+  if (has_text_prompts(f) && (!f.prompt_ids.empty() || !f.prompt_ids_file.empty()))
+    return report(invalid_argument("give text prompts (--prompt/--prompt-file) or ids (--prompt-ids), not both"));
+  if (!has_text_prompts(f) && f.prompt_ids.empty() && f.prompt_ids_file.empty())
+    return report(invalid_argument("no prompt: give --prompt, --prompt-file, --prompt-ids or --prompt-ids-file"));
   auto prompts = read_prompts(f);
   if (!prompts.ok()) return report(prompts.status());
-  if (!f.dump_tensors.empty() && prompts->size() != 1)
-    return report(
-        invalid_argument("--dump-tensors needs exactly one prompt (got " + std::to_string(prompts->size()) + ")"));
+  // Text prompts are counted for the engine's batch before it loads; they
+  // are tokenized once the model (and so its vocabulary) is known.
+  const size_t n_prompts = has_text_prompts(f) ? f.prompts.size() + f.prompt_files.size() : prompts->size();
+  if (!f.dump_tensors.empty() && n_prompts != 1)
+    return report(invalid_argument("--dump-tensors needs exactly one prompt (got " + std::to_string(n_prompts) + ")"));
   runtime::EngineOptions eo;
   eo.threads = f.threads;
-  eo.max_batch = static_cast<int64_t>(prompts->size());
+  eo.max_batch = static_cast<int64_t>(n_prompts);
   eo.ctx_len = f.ctx_size;
   eo.prefill_chunk = f.prefill_chunk;
-  // The dump prefills the whole prompt in one step.
-  if (!f.dump_tensors.empty())
+  // The dump prefills the whole prompt in one step (text prompts: the
+  // chunk is widened below, once they are tokenized).
+  if (!f.dump_tensors.empty() && !prompts->empty())
     eo.prefill_chunk = std::max<int64_t>(eo.prefill_chunk, static_cast<int64_t>(prompts->front().size()));
   eo.reference = f.reference;
   eo.moe_dense = f.moe_dense;
@@ -84,6 +128,19 @@ int run_generate(const GenerateFlags& f) {
   auto engine = runtime::Engine::load(f.model, eo);
   if (!engine.ok()) return report(engine.status());
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+
+  std::optional<tok::Tokenizer> tokenizer;
+  if (has_text_prompts(f)) {
+    auto t = load_model_tokenizer(f.model, f.tokenizer, (*engine)->config().vocab_size);
+    if (!t.ok()) return report(t.status());
+    tokenizer.emplace(std::move(t).value());
+    auto ids = encode_prompts(f, *tokenizer);
+    if (!ids.ok()) return report(ids.status());
+    *prompts = std::move(ids).value();
+    if (!f.dump_tensors.empty() && static_cast<int64_t>(prompts->front().size()) > (*engine)->prefill_chunk())
+      return report(invalid_argument("--dump-tensors with a text prompt of " + std::to_string(prompts->front().size()) +
+                                     " tokens needs --prefill-chunk >= that"));
+  }
 
   if (!f.dump_tensors.empty()) {
     Status s = dump_tensors(**engine, prompts->front(), f.dump_tensors);
@@ -101,9 +158,39 @@ int run_generate(const GenerateFlags& f) {
     if (prompts->size() != 1) return report(invalid_argument("--dump-logits needs exactly one prompt"));
     go.logits_out = &logits;
   }
+  // Text output: one prompt streams its text to stdout as it is generated;
+  // several prompts (decoded together, interleaved) are printed at the end.
+  std::optional<tok::StreamDecoder> stream;
+  Status stream_status;
+  if (tokenizer) {
+    if (const std::string& eos = tokenizer->eos_token(); !eos.empty())
+      if (auto id = tokenizer->token_to_id(eos)) go.stop_ids.push_back(*id);
+    if (!f.json && prompts->size() == 1) {
+      stream.emplace(*tokenizer, !f.special);
+      go.on_token = [&](int64_t, int32_t id) {
+        if (tokenizer->id_to_token(id) == nullptr) return;  // see known_ids
+        auto piece = stream->push(id);
+        if (!piece.ok()) {
+          if (stream_status.ok()) stream_status = piece.status();
+          return;
+        }
+        std::fputs(piece->c_str(), stdout);
+        std::fflush(stdout);
+      };
+    }
+  }
   runtime::Generator gen(**engine);
   auto r = gen.generate(*prompts, go);
   if (!r.ok()) return report(r.status());
+  if (!stream_status.ok()) return report(stream_status);
+  std::vector<std::string> texts;
+  if (tokenizer) {
+    for (const auto& toks : r->tokens) {
+      auto text = tokenizer->decode(known_ids(*tokenizer, toks), !f.special);
+      if (!text.ok()) return report(text.status());
+      texts.push_back(std::move(text).value());
+    }
+  }
   if (!f.dump_logits.empty()) {
     const int64_t v = (*engine)->config().vocab_size;
     const int64_t steps = static_cast<int64_t>(logits[0].size()) / v;
@@ -131,12 +218,23 @@ int run_generate(const GenerateFlags& f) {
     j["threads"] = (*engine)->threads();
     j["isa"] = std::string(kernels::isa_name((*engine)->kernels().isa));
     j["seed"] = go.sampling.seed;
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    for (const auto& toks : r->tokens) {
-      for (size_t i = 0; i < toks.size(); ++i) std::printf("%s%d", i ? "," : "", toks[i]);
-      std::printf("\n");
+    if (tokenizer) {
+      j["prompt_ids"] = *prompts;
+      j["text"] = texts;
     }
+    std::printf("%s\n", dump_json(j).c_str());
+  } else {
+    if (stream) {
+      std::printf("%s\n", stream->finish().c_str());
+    } else if (tokenizer) {
+      for (const std::string& text : texts) std::printf("%s\n", text.c_str());
+    } else {
+      for (const auto& toks : r->tokens) {
+        for (size_t i = 0; i < toks.size(); ++i) std::printf("%s%d", i ? "," : "", toks[i]);
+        std::printf("\n");
+      }
+    }
+    std::fflush(stdout);
     std::fprintf(stderr, "prompt %ld tokens, TTFT %.2f ms, decode %.3f ms/token (%.1f tokens/s), %d threads, %s\n",
                  static_cast<long>(r->prompt_tokens), r->prefill_ms, ms_per_step, tok_s, (*engine)->threads(),
                  std::string(kernels::isa_name((*engine)->kernels().isa)).c_str());
@@ -148,13 +246,21 @@ int run_generate(const GenerateFlags& f) {
 
 Registered add_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
-  CLI::App* sub = app.add_subcommand("generate", "Generate tokens from prompts given as token ids");
+  CLI::App* sub = app.add_subcommand("generate", "Generate text or tokens from prompts given as text or token ids");
   sub->add_option("-m,--model", f->model,
                   "Model: a .k3m file (k3 compile) or a checkpoint directory (config.json + model.safetensors)")
       ->required();
   sub->add_option("--prompt-ids", f->prompt_ids,
                   "Prompt as comma-separated token ids; repeat for several prompts (decoded together)");
   sub->add_option("--prompt-ids-file", f->prompt_ids_file, "File with one prompt per line (comma-separated ids)");
+  sub->add_option("-p,--prompt", f->prompts,
+                  "Prompt text, tokenized with the model's tokenizer; repeat for several prompts (decoded together)");
+  sub->add_option("-f,--prompt-file", f->prompt_files, "File whose whole content is one text prompt; repeatable");
+  sub->add_option("--tokenizer", f->tokenizer,
+                  "tokenizer.json (or its directory) for text prompts; default: the one in the model's directory");
+  sub->add_flag("--no-parse-special", f->no_parse_special,
+                "Keep special-token text in prompts (e.g. \"<|im_end|>\") as plain text");
+  sub->add_flag("--special", f->special, "Print special tokens in the generated text");
   sub->add_option("-n,--max-new-tokens", f->max_new_tokens, "Tokens to generate per prompt")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   sub->add_option("--temp,--temperature", f->temperature, "Sampling temperature; 0 = greedy")

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "text_io.h"
 #include "tokenizer/tokenizer.h"
 
 namespace k3::cli {
@@ -32,11 +33,6 @@ struct DetokenizeFlags {
   bool stream = false;
   bool json = false;
 };
-
-std::string dump_json(const nlohmann::json& j) {
-  // Replace (not throw on) invalid UTF-8: input text may contain any bytes.
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 int run_tokenize(const TokenizeFlags& f) {
   if (f.text_files.empty() == f.text.empty())
