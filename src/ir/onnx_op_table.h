@@ -95,4 +95,5 @@
   /* K3 ops with ONNX-style shapes (docs/onnx-lowering.md) */ \
   X(K3Rope, "k3.Rope")                                        \
   X(K3Attention, "k3.Attention")                              \
-  X(K3Moe, "k3.Moe")
+  X(K3Moe, "k3.Moe")                                          \
+  X(K3NormAct, "k3.NormAct")

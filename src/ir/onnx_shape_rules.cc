@@ -1112,6 +1112,28 @@ Status infer_K3Moe(const Node& n, In in, Outs& out) {
   return Status();
 }
 
+// x [..., D] f32, scale (and bias when norm = "layer") broadcast over the
+// normalized dims -> [..., D]: the norm then the activation, in one op;
+// attrs norm ("layer" | "rms"), activation ("gelu" | "gelu_tanh" | "relu" |
+// "sigmoid" | "tanh"), axis, epsilon (as the ONNX norm op's).
+Status infer_K3NormAct(const Node& n, In in, Outs& out) {
+  const AttrValue* norm = n.find_attr("norm");
+  const std::string* ns = norm != nullptr ? std::get_if<std::string>(norm) : nullptr;
+  if (ns == nullptr || (*ns != "layer" && *ns != "rms"))
+    return invalid_argument("k3.NormAct attribute norm must be \"layer\" or \"rms\"");
+  const AttrValue* act = n.find_attr("activation");
+  const std::string* as = act != nullptr ? std::get_if<std::string>(act) : nullptr;
+  if (as == nullptr || (*as != "gelu" && *as != "gelu_tanh" && *as != "relu" && *as != "sigmoid" && *as != "tanh"))
+    return invalid_argument("k3.NormAct attribute activation must be gelu, gelu_tanh, relu, sigmoid or tanh");
+  const bool layer = *ns == "layer";
+  K3_RETURN_IF_ERROR(count(in, 2, layer ? 3 : 2));
+  for (const OnnxInput& i : in)
+    if (i.present && i.dtype != DType::kF32) return invalid_argument("k3.NormAct takes f32 inputs and weights");
+  K3_RETURN_IF_ERROR(layer ? infer_OnnxLayerNormalization(n, in, out) : infer_OnnxRMSNormalization(n, in, out));
+  out.resize(1);  // Y only (LayerNormalization's Mean and InvStdDev are not outputs)
+  return Status();
+}
+
 }  // namespace
 
 void slice_bounds(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t& first, int64_t& count) {

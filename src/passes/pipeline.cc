@@ -13,6 +13,7 @@
 #include "passes/fuse_gelu.h"
 #include "passes/fuse_layer_norm.h"
 #include "passes/fuse_moe.h"
+#include "passes/fuse_norm_activation.h"
 #include "passes/fuse_rms_norm.h"
 #include "passes/fuse_rope.h"
 #include "passes/lower_to_plan.h"
@@ -53,6 +54,13 @@ const std::vector<Entry>& entries() {
       {2, [](const PipelineOptions&) { return std::make_unique<FuseLayerNorm>(); }},
       {2, [](const PipelineOptions&) { return std::make_unique<FuseRmsNorm>(); }},
       {2, [](const PipelineOptions&) { return std::make_unique<FuseGelu>(); }},
+      // fuse-norm-activation after the three above: it matches the
+      // onnx.LayerNormalization / RMSNormalization / Gelu they produce (an
+      // exported erf GeLU is only a Gelu once fuse-gelu has run). Our own
+      // decoders have norm -> MatMul, never norm -> activation, so it leaves
+      // them (and what lower-to-plan sees at O3) unchanged; fuse-moe matches
+      // expert GeLUs fed by MatMuls, which it does not touch either.
+      {2, [](const PipelineOptions&) { return std::make_unique<FuseNormActivation>(); }},
       // O3, model-level fusions into K3's own ops (docs/onnx-lowering.md).
       // fuse-rope first: it moves the rotation before the head split, so
       // the attention fusion sees projection -> head split only. dead-code

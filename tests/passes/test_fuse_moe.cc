@@ -381,8 +381,11 @@ TEST(FuseMoe, DynamoShapeBackThatIsNotXsShapeKeepsTheReshape) {
   run_checked(g, true);
   ASSERT_EQ(count_op(g, OpKind::kK3Moe), 1);
   EXPECT_EQ(count_op(g, OpKind::kOnnxReshape), 2);
-  for (const ir::Node& n : g.nodes())
-    if (n.op == OpKind::kK3Moe) EXPECT_EQ(g.value(n.inputs[0]).name, "flatten");
+  for (const ir::Node& n : g.nodes()) {
+    if (n.op == OpKind::kK3Moe) {
+      EXPECT_EQ(g.value(n.inputs[0]).name, "flatten");
+    }
+  }
 }
 
 TEST(FuseMoe, FlatInputWithoutReshapeBackFuses) {

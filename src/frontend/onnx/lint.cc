@@ -701,6 +701,9 @@ void rule_fusion_blocked(const LintContext& ctx, std::vector<Finding>& out) {
     if (reasons.empty()) continue;
     std::string reason = "LayerNorm→GeLU fusion blocked: ";
     for (size_t k = 0; k < reasons.size(); ++k) reason += (k ? "; " : "") + reasons[k];
+    // Layout ops alone do not stop K3 (its fuse-norm-activation pass moves
+    // the GeLU above them); another reader of the norm output does.
+    if (others == 0) reason += " (k3 compile -O2 and up fuses it anyway: fuse-norm-activation)";
     add_node(out, ctx, blocker >= 0 ? blocker : ln->last_node, Severity::kInfo, "fusion-blocked", reason);
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -117,6 +118,51 @@ Status ref_K3Attention(KernelCtx& c) {
       }
     }
   return Status();
+}
+
+// x [..., D] f32, scale (and bias for norm "layer") -> [..., D]: the ONNX
+// norm op's result, then the activation on it. Runs the onnx.* reference
+// kernels of the two ops it stands for, so its results are bit for bit those
+// of the unfused graph (the norm in double rounded to f32, then the
+// activation on the f32 values).
+Status ref_K3NormAct(KernelCtx& c) {
+  const auto* norm = std::get_if<std::string>(c.node.find_attr("norm"));
+  const auto* act = std::get_if<std::string>(c.node.find_attr("activation"));
+  if (norm == nullptr || act == nullptr) return invalid_argument("k3.NormAct needs string attrs norm and activation");
+  const bool layer = *norm == "layer";
+  const ir::Node norm_node{layer ? ir::OpKind::kOnnxLayerNormalization : ir::OpKind::kOnnxRMSNormalization,
+                           c.node.name,
+                           {},
+                           {},
+                           {{"axis", c.node.attr_int("axis", -1)}, {"epsilon", c.node.attr_float("epsilon", 1e-5)}}};
+  ir::Node act_node{ir::OpKind::kOnnxRelu, c.node.name, {}, {}, {}};
+  if (*act == "gelu" || *act == "gelu_tanh") {
+    act_node.op = ir::OpKind::kOnnxGelu;
+    act_node.attrs.push_back({"approximate", std::string(*act == "gelu" ? "none" : "tanh")});
+  } else if (*act == "sigmoid") {
+    act_node.op = ir::OpKind::kOnnxSigmoid;
+  } else if (*act == "tanh") {
+    act_node.op = ir::OpKind::kOnnxTanh;
+  } else if (*act != "relu") {
+    return invalid_argument("k3.NormAct: unknown activation " + *act);
+  }
+  std::optional<ir::Tensor> normed = ir::Tensor::zeros(c.out[0].dtype(), c.out[0].shape());
+  if (!normed) return invalid_argument("k3.NormAct: cannot allocate the norm result");
+  std::vector<ir::Tensor> mid;
+  mid.push_back(std::move(*normed));
+  KernelCtx nc{norm_node, c.in, mid};
+  K3_RETURN_IF_ERROR(layer ? ref_OnnxLayerNormalization(nc) : ref_OnnxRMSNormalization(nc));
+  KernelCtx ac{act_node, {&mid[0]}, c.out};
+  switch (act_node.op) {
+    case ir::OpKind::kOnnxGelu:
+      return ref_OnnxGelu(ac);
+    case ir::OpKind::kOnnxSigmoid:
+      return ref_OnnxSigmoid(ac);
+    case ir::OpKind::kOnnxTanh:
+      return ref_OnnxTanh(ac);
+    default:
+      return ref_OnnxRelu(ac);
+  }
 }
 
 }  // namespace k3::onnx_ref

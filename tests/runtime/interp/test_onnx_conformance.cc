@@ -153,6 +153,8 @@ const std::map<std::string, std::string> kCoveredElsewhere = {
     {"k3.Attention",
      "K3's own op: tests/passes/test_fuse_attention.cc (kernel vs the exported attention graphs, both cache styles)"},
     {"k3.Moe", "K3's own op: tests/passes/test_fuse_moe.cc (kernel vs the exported top-k dispatch graphs)"},
+    {"k3.NormAct",
+     "K3's own op: tests/passes/test_fuse_norm_activation.cc (kernel vs the norm and activation ops it replaces)"},
     {"k3.Rope", "K3's own op: tests/passes/test_fuse_rope.cc (kernel vs the decomposed ONNX rotate-half)"},
     {"Gelu", "opset-20 op, newer than the test data: tests/frontend/onnx/test_import.cc GeluBothForms"},
     {"RMSNormalization",
