@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   std::vector<k3::cli::Registered> commands;
   for (auto add : {k3::cli::add_init_model, k3::cli::add_generate, k3::cli::add_sysinfo, k3::cli::add_profile, k3::cli::add_bench,
                     k3::cli::add_lint, k3::cli::add_run, k3::cli::add_compile, k3::cli::add_quality,
-                    k3::cli::add_tokenize, k3::cli::add_detokenize}) commands.push_back(add(app));
+                    k3::cli::add_tokenize, k3::cli::add_detokenize, k3::cli::add_chat_template}) commands.push_back(add(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
