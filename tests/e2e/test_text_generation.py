@@ -10,6 +10,7 @@ tokens, and text ``Tokenizer.decode`` of them (streamed or not)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,70 @@ def test_text_prompt_errors(k3: K3Runner, checkpoints, text_model, tmp_path):
     assert_k3_error(k3.run("generate", "--model", model, "--prompt", ""), "empty")
     long = " ".join(["hello world"] * 200)
     assert_k3_error(k3.run("generate", "--model", model, "--prompt", long, "-c", "32"), "context")
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] | trim }}{{ eos_token }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def chat_model(text_model, tmp_path_factory) -> Path:
+    """The text model with a tokenizer_config.json holding a chat template."""
+    import shutil
+
+    model, _ = text_model
+    d = tmp_path_factory.mktemp("chat") / "model"
+    shutil.copytree(model, d)
+    (d / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<|endoftext|>", "chat_template": CHAT_TEMPLATE})
+    )
+    return d
+
+
+def k3_chat(k3: K3Runner, model: Path, lines: list[str], *args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(k3.binary), "chat", "--model", str(model), "-n", "8", "--temp", "0", *map(str, args)],
+        input="".join(line + "\n" for line in lines), capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def test_chat_turns_follow_the_template_and_the_reference(k3: K3Runner, ref_model, text_model, chat_model):
+    """Each turn's prompt is the jinja2 rendering of the conversation so far
+    (earlier replies included), tokenized; each reply is the reference's
+    greedy continuation; streamed text equals the --json text."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    _, tok = text_model
+    users = ["hello world", "the lazy fox"]
+    res = k3_chat(k3, chat_model, users, "--json", "--system", "be brief")
+    assert res.returncode == 0, res.stderr
+    turns = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [t["turn"] for t in turns] == [1, 2]
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    template = env.from_string(CHAT_TEMPLATE)
+    ref = ref_model(chat_model)
+    messages = [{"role": "system", "content": "be brief"}]
+    for user, turn in zip(users, turns):
+        messages.append({"role": "user", "content": user})
+        text = template.render(messages=messages, add_generation_prompt=True, eos_token="<|endoftext|>")
+        ids = tok.encode(text, add_special_tokens=False).ids
+        assert turn["prompt_ids"] == ids
+        assert turn["generated_ids"] == greedy_generate(ref, ids, 8)[0]
+        assert turn["text"] == tok.decode(turn["generated_ids"], skip_special_tokens=True)
+        messages.append({"role": "assistant", "content": turn["text"]})
+    streamed = k3_chat(k3, chat_model, users, "--system", "be brief")
+    assert streamed.returncode == 0, streamed.stderr
+    assert streamed.stdout == "".join(t["text"] + "\n" for t in turns)
+
+
+def test_chat_errors(k3: K3Runner, text_model, chat_model, tmp_path):
+    model, _ = text_model
+    # A tokenizer without tokenizer_config.json: no template to render with.
+    assert_k3_error(k3_chat(k3, model, ["hi"]), "chat_template")
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }")
+    assert_k3_error(k3_chat(k3, chat_model, ["hi"], "--chat-template", bad), "line")
+    # A conversation longer than the context.
+    assert_k3_error(k3_chat(k3, chat_model, ["hello world " * 100], "-c", "32"), "context")

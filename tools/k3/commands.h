@@ -27,6 +27,7 @@ Registered add_run(CLI::App& app);
 Registered add_tokenize(CLI::App& app);
 Registered add_detokenize(CLI::App& app);
 Registered add_chat_template(CLI::App& app);
+Registered add_chat(CLI::App& app);
 Registered add_compile(CLI::App& app);
 Registered add_quality(CLI::App& app);
 

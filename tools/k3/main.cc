@@ -44,9 +44,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "k3 0.1.0");
   std::vector<k3::cli::Registered> commands;
-  for (auto add : {k3::cli::add_init_model, k3::cli::add_generate, k3::cli::add_sysinfo, k3::cli::add_profile, k3::cli::add_bench,
-                    k3::cli::add_lint, k3::cli::add_run, k3::cli::add_compile, k3::cli::add_quality,
-                    k3::cli::add_tokenize, k3::cli::add_detokenize, k3::cli::add_chat_template}) commands.push_back(add(app));
+  for (auto add : {k3::cli::add_init_model, k3::cli::add_generate, k3::cli::add_sysinfo, k3::cli::add_profile,
+                   k3::cli::add_bench, k3::cli::add_lint, k3::cli::add_run, k3::cli::add_compile, k3::cli::add_quality,
+                   k3::cli::add_tokenize, k3::cli::add_detokenize, k3::cli::add_chat_template, k3::cli::add_chat})
+    commands.push_back(add(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
