@@ -42,4 +42,8 @@ fi
 if ! .venv/bin/python -c "import tokenizers" >/dev/null 2>&1; then
   .venv/bin/pip install -q -r python/requirements-tokenizer.txt
 fi
+# The Hugging Face checkpoint conformance tests compare with PyPI transformers.
+if ! .venv/bin/python -c "import transformers" >/dev/null 2>&1; then
+  .venv/bin/pip install -q -r python/requirements-hf.txt
+fi
 echo "setup: done"

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "frontend/checkpoint/hf_config.h"
 #include "ir/graph.h"
 #include "util/half.h"
 #include "util/rng.h"
@@ -54,19 +56,43 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
   const std::string where = ck->file_->path();
 
   const std::vector<TensorSpec> specs = expected_tensors(ck->config_);
+  // The name each contract tensor has in the file (Hugging Face checkpoints
+  // use their own; "" = not in the file, see hf_tensor_name).
+  const bool hf = !ck->config_.hf_family.empty();
+  auto file_name = [&](const std::string& k3_name) { return hf ? hf_tensor_name(ck->config_, k3_name) : k3_name; };
+  std::set<std::string> wanted;
+  for (const TensorSpec& spec : specs) wanted.insert(file_name(spec.name));
   for (const auto& [name, info] : ck->file_->tensors()) {
-    bool known = std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.name == name; });
-    if (!known) return invalid_argument(where + ": unexpected tensor " + name + " (not in the K3 contract for this config)");
+    if (wanted.count(name) == 0)
+      return invalid_argument(where + ": unexpected tensor " + name + " (not in the " +
+                              (hf ? ck->config_.hf_family + " layout" : std::string("K3 contract")) +
+                              " for this config)");
   }
   bool first = true;
   for (const TensorSpec& spec : specs) {
-    const TensorInfo* t = ck->file_->find(spec.name);
-    if (t == nullptr) return invalid_argument(where + ": missing tensor " + spec.name);
+    const std::string fname = file_name(spec.name);
+    if (fname.empty()) {
+      if (spec.name == "output.weight") {  // tied: the embedding table (loaded first)
+        ck->weights_.emplace_back(spec.name, ck->weights_.front().second);
+        continue;
+      }
+      // A dense family's router: one expert, zero logits, weight exactly 1.
+      int64_t n = 1;
+      for (int64_t d : spec.shape) n *= d;
+      auto zeros = std::unique_ptr<float[]>(new float[static_cast<size_t>(n)]());
+      ck->weights_.emplace_back(spec.name, zeros.get());
+      ck->owned_.push_back(std::move(zeros));
+      continue;
+    }
+    const TensorInfo* t = ck->file_->find(fname);
+    if (t == nullptr) return invalid_argument(where + ": missing tensor " + fname);
     if (t->shape != spec.shape)
-      return invalid_argument(where + ": tensor " + spec.name + " has shape " + ir::shape_to_string(t->shape) + ", expected " +
-                              ir::shape_to_string(spec.shape));
-    if (first) ck->file_dtype_ = t->dtype;
-    else if (ck->file_dtype_ != t->dtype) ck->file_dtype_ = ir::DType::kF32;
+      return invalid_argument(where + ": tensor " + fname + " has shape " + ir::shape_to_string(t->shape) +
+                              ", expected " + ir::shape_to_string(spec.shape));
+    if (first)
+      ck->file_dtype_ = t->dtype;
+    else if (ck->file_dtype_ != t->dtype)
+      ck->file_dtype_ = ir::DType::kF32;
     first = false;
     const uint8_t* src = ck->file_->data(*t);
     const size_t n = static_cast<size_t>(t->size / ir::dtype_size(t->dtype));
@@ -87,7 +113,7 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
       data = buf.get();
       ck->owned_.push_back(std::move(buf));
     } else {
-      return invalid_argument(where + ": tensor " + spec.name + " has dtype " + std::string(ir::dtype_name(t->dtype)) +
+      return invalid_argument(where + ": tensor " + fname + " has dtype " + std::string(ir::dtype_name(t->dtype)) +
                               "; weights must be F32, BF16 or F16");
     }
     ck->weights_.emplace_back(spec.name, data);
@@ -106,7 +132,8 @@ const float* Checkpoint::weight(const std::string& name) const {
 Status init_model(const ModelConfig& config, uint64_t seed, ir::DType dtype, const std::string& out_dir) {
   namespace fs = std::filesystem;
   K3_RETURN_IF_ERROR(config.validate());
-  if (dtype != ir::DType::kF32 && dtype != ir::DType::kBF16) return invalid_argument("init-model: dtype must be f32 or bf16");
+  if (dtype != ir::DType::kF32 && dtype != ir::DType::kBF16)
+    return invalid_argument("init-model: dtype must be f32 or bf16");
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error("cannot create directory " + out_dir + ": " + ec.message());
@@ -121,10 +148,18 @@ Status init_model(const ModelConfig& config, uint64_t seed, ir::DType dtype, con
     // Uniform(-a, a) has standard deviation a / sqrt(3).
     double center = 0.0, a = 0.0;
     switch (spec.init) {
-      case InitKind::kEmbedding: a = std::sqrt(3.0); break;
-      case InitKind::kLinear: a = std::sqrt(3.0 / static_cast<double>(fan_in)); break;
-      case InitKind::kNormWeight: center = 1.0, a = 0.25; break;
-      case InitKind::kNormBias: a = 0.25; break;
+      case InitKind::kEmbedding:
+        a = std::sqrt(3.0);
+        break;
+      case InitKind::kLinear:
+        a = std::sqrt(3.0 / static_cast<double>(fan_in));
+        break;
+      case InitKind::kNormWeight:
+        center = 1.0, a = 0.25;
+        break;
+      case InitKind::kNormBias:
+        a = 0.25;
+        break;
     }
     int64_t n = 1;
     for (int64_t dim : spec.shape) n *= dim;

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frontend/checkpoint/hf_config.h"
 #include "util/mapped_file.h"
 
 namespace k3 {
@@ -47,38 +48,48 @@ Status read_string(const json& j, const char* key, std::string& out, bool requir
 }  // namespace
 
 Status ModelConfig::validate() const {
-  if (architecture != "k3") return invalid_argument("config.json: architecture must be \"k3\", got \"" + architecture + "\"");
+  if (architecture != "k3")
+    return invalid_argument("config.json: architecture must be \"k3\", got \"" + architecture + "\"");
   struct Field {
     const char* name;
     int64_t value;
   };
-  for (const Field& f : {Field{"vocab_size", vocab_size}, Field{"d_model", d_model}, Field{"n_layers", n_layers},
-                         Field{"n_heads", n_heads}, Field{"n_kv_heads", n_kv_heads}, Field{"head_dim", head_dim},
-                         Field{"n_experts", n_experts}, Field{"top_k", top_k}, Field{"d_ff", d_ff},
-                         Field{"max_seq_len", max_seq_len}}) {
-    if (f.value <= 0) return invalid_argument(std::string("config.json: ") + f.name + " must be positive, got " + std::to_string(f.value));
-    if (f.value > kMaxDim) return invalid_argument(std::string("config.json: ") + f.name + " is too large: " + std::to_string(f.value));
+  for (const Field& f :
+       {Field{"vocab_size", vocab_size}, Field{"d_model", d_model}, Field{"n_layers", n_layers},
+        Field{"n_heads", n_heads}, Field{"n_kv_heads", n_kv_heads}, Field{"head_dim", head_dim},
+        Field{"n_experts", n_experts}, Field{"top_k", top_k}, Field{"d_ff", d_ff}, Field{"max_seq_len", max_seq_len}}) {
+    if (f.value <= 0)
+      return invalid_argument(std::string("config.json: ") + f.name + " must be positive, got " +
+                              std::to_string(f.value));
+    if (f.value > kMaxDim)
+      return invalid_argument(std::string("config.json: ") + f.name + " is too large: " + std::to_string(f.value));
   }
   if (n_heads % n_kv_heads != 0)
     return invalid_argument("config.json: n_heads (" + std::to_string(n_heads) + ") must be divisible by n_kv_heads (" +
                             std::to_string(n_kv_heads) + ")");
-  if (head_dim % 2 != 0) return invalid_argument("config.json: head_dim must be even for rotary embeddings, got " + std::to_string(head_dim));
+  if (head_dim % 2 != 0)
+    return invalid_argument("config.json: head_dim must be even for rotary embeddings, got " +
+                            std::to_string(head_dim));
   if (top_k > n_experts)
-    return invalid_argument("config.json: top_k (" + std::to_string(top_k) + ") exceeds n_experts (" + std::to_string(n_experts) + ")");
+    return invalid_argument("config.json: top_k (" + std::to_string(top_k) + ") exceeds n_experts (" +
+                            std::to_string(n_experts) + ")");
   if (n_heads * head_dim > kMaxDim) return invalid_argument("config.json: n_heads * head_dim is too large");
   // Bound the total size so every derived count (parameters, bytes) fits in
   // int64 with room to spare; computed in double so the check cannot overflow.
   const double dd = static_cast<double>(d_model), ff = static_cast<double>(d_ff);
-  const double approx_params = 2.0 * static_cast<double>(vocab_size) * dd +
-                               static_cast<double>(n_layers) * (dd * static_cast<double>(head_dim) * (2.0 * static_cast<double>(n_heads + n_kv_heads)) +
-                                                                static_cast<double>(n_experts) * (3.0 * dd * ff + dd) + 4.0 * dd);
+  const double approx_params =
+      2.0 * static_cast<double>(vocab_size) * dd +
+      static_cast<double>(n_layers) *
+          (dd * static_cast<double>(head_dim) * (2.0 * static_cast<double>(n_heads + n_kv_heads)) +
+           static_cast<double>(n_experts) * (3.0 * dd * ff + dd) + 4.0 * dd);
   if (approx_params > 1e13)
     return invalid_argument("config.json: the model would have about " + std::to_string(approx_params) +
                             " parameters, more than the 1e13 this engine supports");
   if (!(rope_theta > 0.0)) return invalid_argument("config.json: rope_theta must be positive");
   if (!(norm_eps > 0.0) || norm_eps > 1.0) return invalid_argument("config.json: norm_eps must be in (0, 1]");
   if (eos_token_id && (*eos_token_id < 0 || *eos_token_id >= vocab_size))
-    return invalid_argument("config.json: eos_token_id " + std::to_string(*eos_token_id) + " is outside the vocabulary");
+    return invalid_argument("config.json: eos_token_id " + std::to_string(*eos_token_id) +
+                            " is outside the vocabulary");
   return Status();
 }
 
@@ -86,6 +97,7 @@ StatusOr<ModelConfig> parse_config(const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("config.json: not valid JSON");
   if (!j.is_object()) return invalid_argument("config.json: top level must be an object");
+  if (is_hf_config(j)) return parse_hf_config(j);
   ModelConfig c;
   K3_RETURN_IF_ERROR(read_string(j, "architecture", c.architecture, true));
   K3_RETURN_IF_ERROR(read_int(j, "vocab_size", c.vocab_size, true));
@@ -103,12 +115,18 @@ StatusOr<ModelConfig> parse_config(const std::string& text) {
   std::string norm = "layernorm", expert = "gelu";
   K3_RETURN_IF_ERROR(read_string(j, "norm_type", norm, false));
   K3_RETURN_IF_ERROR(read_string(j, "expert_type", expert, false));
-  if (norm == "layernorm") c.norm_type = NormType::kLayerNorm;
-  else if (norm == "rmsnorm") c.norm_type = NormType::kRmsNorm;
-  else return invalid_argument("config.json: norm_type must be \"layernorm\" or \"rmsnorm\", got \"" + norm + "\"");
-  if (expert == "gelu") c.expert_type = ExpertType::kGelu;
-  else if (expert == "swiglu") c.expert_type = ExpertType::kSwiglu;
-  else return invalid_argument("config.json: expert_type must be \"gelu\" or \"swiglu\", got \"" + expert + "\"");
+  if (norm == "layernorm")
+    c.norm_type = NormType::kLayerNorm;
+  else if (norm == "rmsnorm")
+    c.norm_type = NormType::kRmsNorm;
+  else
+    return invalid_argument("config.json: norm_type must be \"layernorm\" or \"rmsnorm\", got \"" + norm + "\"");
+  if (expert == "gelu")
+    c.expert_type = ExpertType::kGelu;
+  else if (expert == "swiglu")
+    c.expert_type = ExpertType::kSwiglu;
+  else
+    return invalid_argument("config.json: expert_type must be \"gelu\" or \"swiglu\", got \"" + expert + "\"");
   int64_t eos = -1;
   auto it = j.find("eos_token_id");
   if (it != j.end() && !it->is_null()) {
@@ -161,7 +179,9 @@ int64_t ModelConfig::params_read_per_token() const {
   return vocab_size * d + d + n_layers * layer + norm;
 }
 
-std::vector<std::string> preset_names() { return {"k3-tiny", "k3-small", "k3-base", "moe-swiglu-small", "moe-swiglu-base"}; }
+std::vector<std::string> preset_names() {
+  return {"k3-tiny", "k3-small", "k3-base", "moe-swiglu-small", "moe-swiglu-base"};
+}
 
 StatusOr<ModelConfig> preset_config(const std::string& name) {
   ModelConfig c;

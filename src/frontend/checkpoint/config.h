@@ -33,6 +33,11 @@ struct ModelConfig {
   NormType norm_type = NormType::kLayerNorm;
   ExpertType expert_type = ExpertType::kGelu;
   std::optional<int64_t> eos_token_id;
+  // Hugging Face checkpoints (hf_config.h): the family whose tensor names
+  // the file uses ("" for K3's own), and whether the output projection is
+  // the embedding table. Not part of K3's config.json.
+  std::string hf_family;
+  bool tie_embeddings = false;
 
   Status validate() const;
   std::string to_json() const;  // pretty-printed config.json text
