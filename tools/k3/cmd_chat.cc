@@ -13,9 +13,11 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "commands.h"
@@ -62,8 +64,11 @@ StatusOr<tok::ChatTemplateConfig> load_template(const ChatFlags& f, const std::s
     }
   }
   if (!f.chat_template.empty()) {
-    K3_ASSIGN_OR_RETURN(auto texts, read_prompt_texts({}, {f.chat_template}));
-    config.source = texts[0];
+    std::ifstream in(f.chat_template, std::ios::binary);
+    if (!in) return not_found("cannot open chat template " + f.chat_template);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    config.source = ss.str();
   }
   if (config.source.empty()) return not_found("no chat_template in " + cfg.string() + "; give --chat-template FILE");
   return config;
@@ -95,22 +100,9 @@ int run_chat(const ChatFlags& f) {
   go.sampling.top_k = f.top_k;
   go.sampling.top_p = f.top_p;
   go.sampling.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
-  if (const std::string& eos = tokenizer->eos_token(); !eos.empty())
-    if (auto id = tokenizer->token_to_id(eos)) go.stop_ids.push_back(*id);
-  std::optional<tok::StreamDecoder> stream;
-  Status stream_status;
-  if (!f.json) {
-    go.on_token = [&](int64_t, int32_t id) {
-      if (tokenizer->id_to_token(id) == nullptr || tokenizer->is_special(id)) return;
-      auto piece = stream->push(id);
-      if (!piece.ok()) {
-        if (stream_status.ok()) stream_status = piece.status();
-        return;
-      }
-      std::fputs(piece->c_str(), stdout);
-      std::fflush(stdout);
-    };
-  }
+  add_tokenizer_stop(*tokenizer, go.stop_ids);
+  std::optional<StdoutTextStream> stream;
+  if (!f.json) go.on_token = [&](int64_t, int32_t id) { stream->push(id); };
   runtime::Generator gen(**engine);
 
   Json messages = Json::array();
@@ -128,14 +120,11 @@ int run_chat(const ChatFlags& f) {
     auto ids = tokenizer->encode(*text, enc);
     if (!ids.ok()) return report(ids.status());
     if (ids->empty()) return report(invalid_argument("turn " + std::to_string(turn) + ": empty rendered prompt"));
-    stream.emplace(*tokenizer, true);
+    if (!f.json) stream.emplace(*tokenizer, /*skip_special=*/true);
     auto r = gen.generate({*ids}, go);
     if (!r.ok()) return report(r.status().with_context("turn " + std::to_string(turn)));
-    if (!stream_status.ok()) return report(stream_status);
-    std::vector<int32_t> reply_ids;
-    for (int32_t id : r->tokens[0])
-      if (tokenizer->id_to_token(id) != nullptr && !tokenizer->is_special(id)) reply_ids.push_back(id);
-    auto reply = tokenizer->decode(reply_ids, true);
+    if (stream && !stream->status().ok()) return report(stream->status());
+    auto reply = generated_text(*tokenizer, r->tokens[0], /*skip_special=*/true);
     if (!reply.ok()) return report(reply.status());
     if (f.json) {
       const Json out = {{"turn", turn},
@@ -144,10 +133,10 @@ int run_chat(const ChatFlags& f) {
                         {"finish_reason", r->finish_reason[0]},
                         {"text", *reply}};
       std::printf("%s\n", out.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+      std::fflush(stdout);
     } else {
-      std::printf("%s\n", stream->finish().c_str());
+      stream->finish_line();
     }
-    std::fflush(stdout);
     messages.push_back({{"role", "assistant"}, {"content", *reply}});
   }
   return 0;

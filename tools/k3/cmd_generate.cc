@@ -64,17 +64,6 @@ StatusOr<std::vector<std::vector<int32_t>>> read_prompts(const GenerateFlags& f)
   return prompts;
 }
 
-// A model's vocabulary may be larger than its tokenizer's (rows padded to a
-// multiple of 64, or a random test model); an id the tokenizer has no text
-// for contributes no text, as in the Python tokenizers library. The ids
-// themselves are reported unchanged (--json).
-std::vector<int32_t> known_ids(const tok::Tokenizer& t, const std::vector<int32_t>& ids) {
-  std::vector<int32_t> out;
-  for (int32_t id : ids)
-    if (t.id_to_token(id) != nullptr) out.push_back(id);
-  return out;
-}
-
 bool has_text_prompts(const GenerateFlags& f) {
   return !f.prompts.empty() || !f.prompt_files.empty();
 }
@@ -160,33 +149,22 @@ int run_generate(const GenerateFlags& f) {
   }
   // Text output: one prompt streams its text to stdout as it is generated;
   // several prompts (decoded together, interleaved) are printed at the end.
-  std::optional<tok::StreamDecoder> stream;
-  Status stream_status;
+  std::optional<StdoutTextStream> stream;
   if (tokenizer) {
-    if (const std::string& eos = tokenizer->eos_token(); !eos.empty())
-      if (auto id = tokenizer->token_to_id(eos)) go.stop_ids.push_back(*id);
+    add_tokenizer_stop(*tokenizer, go.stop_ids);
     if (!f.json && prompts->size() == 1) {
       stream.emplace(*tokenizer, !f.special);
-      go.on_token = [&](int64_t, int32_t id) {
-        if (tokenizer->id_to_token(id) == nullptr) return;  // see known_ids
-        auto piece = stream->push(id);
-        if (!piece.ok()) {
-          if (stream_status.ok()) stream_status = piece.status();
-          return;
-        }
-        std::fputs(piece->c_str(), stdout);
-        std::fflush(stdout);
-      };
+      go.on_token = [&](int64_t, int32_t id) { stream->push(id); };
     }
   }
   runtime::Generator gen(**engine);
   auto r = gen.generate(*prompts, go);
   if (!r.ok()) return report(r.status());
-  if (!stream_status.ok()) return report(stream_status);
+  if (stream && !stream->status().ok()) return report(stream->status());
   std::vector<std::string> texts;
   if (tokenizer) {
     for (const auto& toks : r->tokens) {
-      auto text = tokenizer->decode(known_ids(*tokenizer, toks), !f.special);
+      auto text = generated_text(*tokenizer, toks, !f.special);
       if (!text.ok()) return report(text.status());
       texts.push_back(std::move(text).value());
     }
@@ -225,7 +203,7 @@ int run_generate(const GenerateFlags& f) {
     std::printf("%s\n", dump_json(j).c_str());
   } else {
     if (stream) {
-      std::printf("%s\n", stream->finish().c_str());
+      stream->finish_line();
     } else if (tokenizer) {
       for (const std::string& text : texts) std::printf("%s\n", text.c_str());
     } else {

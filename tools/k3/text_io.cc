@@ -1,6 +1,7 @@
 // Tokenizer lookup and prompt text reading for k3 generate (see text_io.h).
 #include "text_io.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,6 +39,34 @@ StatusOr<std::vector<std::string>> read_prompt_texts(const std::vector<std::stri
     texts.push_back(ss.str());
   }
   return texts;
+}
+
+StatusOr<std::string> generated_text(const tok::Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special) {
+  std::vector<int32_t> known;
+  for (int32_t id : ids)
+    if (t.id_to_token(id) != nullptr) known.push_back(id);
+  return t.decode(known, skip_special);
+}
+
+void add_tokenizer_stop(const tok::Tokenizer& t, std::vector<int32_t>& stop_ids) {
+  if (const std::string& eos = t.eos_token(); !eos.empty())
+    if (auto id = t.token_to_id(eos)) stop_ids.push_back(*id);
+}
+
+void StdoutTextStream::push(int32_t id) {
+  if (tokenizer_->id_to_token(id) == nullptr) return;  // see generated_text
+  auto piece = decoder_.push(id);
+  if (!piece.ok()) {
+    if (status_.ok()) status_ = piece.status();
+    return;
+  }
+  std::fputs(piece->c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void StdoutTextStream::finish_line() {
+  std::printf("%s\n", decoder_.finish().c_str());
+  std::fflush(stdout);
 }
 
 std::string dump_json(const nlohmann::json& j) {

@@ -100,7 +100,7 @@ StatusOr<ModelConfig> parse_hf_config(const json& j) {
   }
   c.tie_embeddings = truthy(j, "tie_word_embeddings");
   // eos_token_id: an id or a list of ids (the first ends generation here).
-  if (auto eos = j.find("eos_token_id"); eos != j.end() && !eos->is_null()) {
+  if (auto eos = j.find("eos_token_id"); eos != j.end() && !eos->is_null() && !(eos->is_array() && eos->empty())) {
     const json& first = eos->is_array() && !eos->empty() ? (*eos)[0] : *eos;
     if (!first.is_number_integer())
       return invalid_argument("config.json: \"eos_token_id\" must be an integer or a list");
