@@ -1,4 +1,4 @@
-// Kernel microbenchmarks: gemm_nt (f32 and bf16 weights) at decode (M = 1..8)
+// Kernel microbenchmarks: gemm_nt (f32, bf16 and int8 weights) at decode (M = 1..8)
 // and prefill (M = 128) shapes and attend at two cache lengths, for every ISA
 // this CPU runs.
 // bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "ir/dtype.h"
 #include "kernels/kernels.h"
+#include "util/quant.h"
 
 namespace {
 
@@ -70,6 +72,27 @@ void bm_gemm_bf16(benchmark::State& state, const KernelTable* t, int64_t M, int6
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// As bm_gemm with int8 weights (util/quant.h rows: 1.125 bytes per weight).
+void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies) {
+  const auto A = random_vec(M * K);
+  const auto Wf = random_vec(N * K);
+  const auto rb = static_cast<int64_t>(k3::ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  std::vector<uint8_t> W(static_cast<size_t>(copies * N * rb));
+  for (int64_t c = 0; c < copies; ++c)
+    for (int64_t n = 0; n < N; ++n) k3::quantize_q8_row(Wf.data() + n * K, K, W.data() + (c * N + n) * rb);
+  std::vector<float> C(static_cast<size_t>(M * N));
+  int64_t i = 0;
+  for (auto _ : state) {
+    const uint8_t* w = W.data() + (i++ % copies) * N * rb;
+    t->gemm_nt_q8(M, 0, N, K, A.data(), K, w, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * N * rb);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // One query head over a [len, hd] K/V cache.
 void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd) {
   const auto q = random_vec(hd), k = random_vec(len * hd), v = random_vec(len * hd);
@@ -107,7 +130,11 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_stream" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, copies);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_stream" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
                                      copies * 2);
+        benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_stream" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
+                                     copies * 32 / 9);
       }
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
+                                   int64_t{1});
     }
     for (int64_t len : {128, 1024}) {
       benchmark::RegisterBenchmark((prefix + "/attend/len" + std::to_string(len) + "_hd64").c_str(), bm_attend, t, len,

@@ -39,7 +39,7 @@ StatusOr<std::vector<Tensor>> parse_tensors(const json& jt, uint64_t data_bytes)
       return data_loss("tensor " + name + ": offset/bytes are not unsigned integers");
     t.offset = e.at("offset").get<uint64_t>();
     t.bytes = e.at("bytes").get<uint64_t>();
-    const auto nominal = checked_numel_bytes(t.shape, ir::dtype_size(t.dtype));
+    const auto nominal = ir::dtype_bytes(t.dtype, t.shape);
     if (!nominal || *nominal != t.bytes)
       return data_loss("tensor " + name + ": " + std::to_string(t.bytes) + " bytes do not match its shape " +
                        ir::shape_to_string(t.shape));

@@ -3,14 +3,31 @@
 // The first five are what checkpoints and the fused ops use; kF64, kI8, kU8
 // and kBool exist for imported ONNX graphs (masks, Cast targets, test data).
 // kBool is stored as one byte holding 0 or 1.
+//
+// kQ8 is the compiler's int8 weight format (`k3 compile --precision int8`),
+// a block-quantized matrix [N, K] with K a multiple of kQ8Block: each row is
+// its K int8 values followed by its K/32 f32 scales, weight[n, k] =
+// float(q[n, k]) * scale[n, k / 32]. It is not per-element sized, so byte
+// counts go through dtype_bytes(), never numel * dtype_size().
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string_view>
+
+#include "util/checked.h"
 
 namespace k3::ir {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF64, kI8, kU8, kBool };
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF64, kI8, kU8, kBool, kQ8 };
+
+// Elements per kQ8 scale (a block of one row).
+inline constexpr int64_t kQ8Block = 32;
+// Bytes of one kQ8 row of k elements (k % kQ8Block == 0).
+inline constexpr uint64_t q8_row_bytes(uint64_t k) {
+  return k + k / kQ8Block * 4;
+}
 
 inline uint64_t dtype_size(DType t) {
   switch (t) {
@@ -32,6 +49,8 @@ inline uint64_t dtype_size(DType t) {
       return 1;
     case DType::kBool:
       return 1;
+    case DType::kQ8:
+      return 1;  // the int8 values only; see dtype_bytes()
   }
   return 0;
 }
@@ -56,8 +75,21 @@ inline std::string_view dtype_name(DType t) {
       return "u8";
     case DType::kBool:
       return "bool";
+    case DType::kQ8:
+      return "q8";
   }
   return "?";
+}
+
+// Bytes of a tensor of this dtype and shape, or nullopt when the shape is
+// invalid for it (negative dims, overflow, a kQ8 tensor whose rows are not
+// whole blocks).
+inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> shape) {
+  if (t != DType::kQ8) return checked_numel_bytes(shape, dtype_size(t));
+  if (shape.empty() || shape.back() % kQ8Block != 0) return std::nullopt;
+  auto n = checked_numel_bytes(shape, 1);
+  if (!n) return std::nullopt;
+  return *n + *n / kQ8Block * 4;
 }
 
 inline bool dtype_is_float(DType t) {

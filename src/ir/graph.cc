@@ -25,7 +25,7 @@ int64_t Value::numel() const {
   return n;
 }
 
-uint64_t Value::bytes() const { return static_cast<uint64_t>(numel()) * dtype_size(dtype); }
+uint64_t Value::bytes() const { return dtype_bytes(dtype, shape).value_or(0); }
 
 uint64_t Value::row_bytes() const {
   if (shape.empty() || shape[0] == 0) return 0;
@@ -160,7 +160,7 @@ Status Graph::verify() const {
       if (d < kUnknownDim) return invalid_argument("value " + v.name + " has a negative dimension");
       known.push_back(d < 0 ? 1 : d);
     }
-    if (!checked_numel_bytes(known, dtype_size(v.dtype)))
+    if (!dtype_bytes(v.dtype, known))
       return invalid_argument("value " + v.name + " has an invalid shape " + shape_to_string(v.shape));
     if (!v.dim_params.empty() && v.dim_params.size() != v.shape.size())
       return invalid_argument("value " + v.name + " has dim names for a different rank");

@@ -1221,6 +1221,8 @@ int64_t dtype_to_onnx(DType t) {
       return 11;
     case DType::kBF16:
       return 16;
+    case DType::kQ8:  // compiler weight format, no ONNX equivalent
+      return 0;
   }
   return 0;
 }

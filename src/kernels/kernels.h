@@ -36,6 +36,16 @@ struct KernelTable {
   void (*gemm_nt_bf16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                        int64_t ldw, float* C, int64_t ldc);
 
+  // gemm_nt with W in the compiler's int8 format (ir::DType::kQ8): row n of
+  // W is K int8 values then K/32 f32 scales (ldw is implied: q8_row_bytes(K)
+  // bytes per row; K % 32 == 0). C = sum over blocks of scale * (A . q) in
+  // f32: the scale multiplies each block's partial sum, so the result equals
+  // gemm_nt on the dequantized weights up to rounding (not bit for bit).
+  // Same contract: each element's summation order is fixed, whatever M, n0,
+  // n1 are. A quarter of the f32 bytes of W (plus 1/8 for the scales).
+  void (*gemm_nt_q8)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                     float* C, int64_t ldc);
+
   // y[n] = (x - mean) / sqrt(var + eps) * w + b   (biased variance), one row.
   void (*layernorm)(const float* x, const float* w, const float* b, float eps, int64_t n, float* y);
   // y[n] = x / sqrt(mean(x^2) + eps) * w, one row.

@@ -106,8 +106,8 @@ std::vector<PassInfo> list_passes() {
 Status check_pipeline_options(const PipelineOptions& options) {
   if (options.opt_level < 0 || options.opt_level > 3)
     return invalid_argument("--opt-level must be 0, 1, 2 or 3 (got " + std::to_string(options.opt_level) + ")");
-  if (options.precision != "fp32" && options.precision != "bf16")
-    return unimplemented("precision '" + options.precision + "' is not supported (fp32, bf16)");
+  if (options.precision != "fp32" && options.precision != "bf16" && options.precision != "int8")
+    return unimplemented("precision '" + options.precision + "' is not supported (fp32, bf16, int8)");
   const std::vector<PassInfo> known = list_passes();
   for (const std::string& d : options.disabled) {
     const bool found = std::any_of(known.begin(), known.end(), [&](const PassInfo& p) { return p.name == d; });

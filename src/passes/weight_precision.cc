@@ -2,15 +2,21 @@
 // for (`k3 compile --precision`), once, at compile time; the .k3m holds the
 // converted bytes and loading does no conversion.
 //
-//   Linear(x, W: f32 [N,K])              ->  Linear(x, W: bf16 [N,K])
-//   Moe(x, gate: f32, experts: f32 ...)  ->  Moe(x, gate: f32, experts: bf16 ...)
+//   Linear(x, W: f32 [N,K])              ->  Linear(x, W: bf16|q8 [N,K])
+//   Moe(x, gate: f32, experts: f32 ...)  ->  Moe(x, gate: f32, experts: bf16|q8 ...)
 //
-// f32 -> bf16 rounds to nearest even. The kernels widen bf16 exactly and
-// accumulate in f32, so the only error is the rounding of the weights.
+// bf16: f32 -> bf16 rounds to nearest even. The kernels widen bf16 exactly
+// and accumulate in f32, so the only error is the rounding of the weights.
+// int8: symmetric absmax quantization per block of 32 weights of a row with
+// an f32 scale (util/quant.h; llama.cpp's Q8_0 grouping). Weight-only:
+// activations stay f32 and the kernels dequantize in registers, because
+// decode at small batch is bound by reading weights, not by arithmetic.
 //
 // Guards (each has a must-not-convert test in tests/passes/test_weight_precision.cc):
 //   - only weight values (constants) are converted, never activations;
 //   - only f32 weights (a weight already in another dtype is left alone);
+//   - int8 only for matrices whose rows are whole blocks (K % 32 == 0);
+//     others stay f32 (counted in stats as matched but not applied);
 //   - the MoE gate stays f32: it decides which experts run by comparing
 //     logits, and rounding could flip a choice (a discrete change in the
 //     output) for 16 KiB per layer of savings;
@@ -18,8 +24,7 @@
 //   - a weight also read by a node this pass does not convert (e.g. a table
 //     tied between embedding and output) is converted into a new value for
 //     the converted readers only, so the other reader still sees f32.
-// "fp32" is a no-op; other precisions are refused here (int8 comes with its
-// kernels).
+// "fp32" is a no-op; other precisions are refused.
 #include "passes/weight_precision.h"
 
 #include <memory>
@@ -27,23 +32,38 @@
 
 #include "passes/graph_edit.h"
 #include "util/half.h"
+#include "util/quant.h"
 
 namespace k3::passes {
 
 StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   if (precision_ == "fp32") return false;
-  if (precision_ != "bf16") return unimplemented("weight precision '" + precision_ + "' is not supported (fp32, bf16)");
-  std::vector<int> converted(g.values().size(), -1);  // f32 value id -> bf16 value id
+  if (precision_ != "bf16" && precision_ != "int8")
+    return unimplemented("weight precision '" + precision_ + "' is not supported (fp32, bf16, int8)");
+  const bool int8 = precision_ == "int8";
+  std::vector<int> converted(g.values().size(), -1);  // f32 value id -> converted value id
   auto convert = [&](int id) -> int {
     const ir::Value& v = g.value(id);
     if (v.kind != ir::ValueKind::kWeight || v.dtype != ir::DType::kF32) return id;
+    if (int8 && (v.shape.size() != 2 || v.shape[1] % ir::kQ8Block != 0)) return id;
     if (converted[static_cast<size_t>(id)] >= 0) return converted[static_cast<size_t>(id)];
     const auto n = static_cast<size_t>(v.numel());
-    auto data = std::make_shared<std::vector<uint16_t>>(n);
     const auto* src = static_cast<const float*>(v.data);
-    for (size_t i = 0; i < n; ++i) (*data)[i] = f32_to_bf16(src[i]);
-    const int nid = g.add_weight(v.name, ir::DType::kBF16, v.shape, data->data());
-    g.keep_alive.push_back(data);
+    int nid;
+    if (int8) {
+      const int64_t rows = v.shape[0], cols = v.shape[1];
+      const auto row_bytes = ir::q8_row_bytes(static_cast<uint64_t>(cols));
+      auto data = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
+      for (int64_t r = 0; r < rows; ++r)
+        quantize_q8_row(src + r * cols, cols, data->data() + static_cast<size_t>(r) * row_bytes);
+      nid = g.add_weight(v.name, ir::DType::kQ8, v.shape, data->data());
+      g.keep_alive.push_back(data);
+    } else {
+      auto data = std::make_shared<std::vector<uint16_t>>(n);
+      for (size_t i = 0; i < n; ++i) (*data)[i] = f32_to_bf16(src[i]);
+      nid = g.add_weight(v.name, ir::DType::kBF16, v.shape, data->data());
+      g.keep_alive.push_back(data);
+    }
     converted.resize(g.values().size(), -1);
     converted[static_cast<size_t>(id)] = nid;
     ++stats_.applied;

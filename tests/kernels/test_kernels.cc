@@ -7,12 +7,14 @@
 // Tolerances (u = 2^-24 ~ 6e-8, float rounding):
 //   gemm_nt     |c - ref| <= 1e-5 * sqrt(K) * sum_k |a_k * w_k|   (order of summation differs)
 //   gemm_nt_bf16 bit-exact vs the same table's gemm_nt on the widened weights
+//   gemm_nt_q8  like gemm_nt vs the reference on the dequantized weights; bit-exact across M and splits
 //   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
 //   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
 //   add         bit-exact; axpy |y - ref| <= 1e-6 * max(1, |ref|) (fma vs mul + add)
 //   attend      |o - ref| <= 5e-6 * max|V|                        (online vs two-pass softmax)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "ir/dtype.h"
 #include "kernels/kernels.h"
+#include "util/quant.h"
 
 namespace k3::kernels {
 
@@ -182,6 +186,86 @@ TEST_P(KernelTest, GemmBf16EqualsF32OnWidenedWeights) {
             ASSERT_NEAR(C[m * ldc + n], R[m * ldc + n], 1e-5f * std::sqrt(static_cast<float>(K)) * mag)
                 << "M=" << M << " K=" << K << " N=" << N;
           }
+      }
+    }
+  }
+}
+
+// ---- gemm_nt_q8 ------------------------------------------------------------
+
+// [N, K] f32 -> int8 rows (util/quant.h), and back to the f32 the kernels use.
+std::vector<uint8_t> quantize(const std::vector<float>& w, int64_t N, int64_t K) {
+  const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  std::vector<uint8_t> q(static_cast<size_t>(N * rb));
+  for (int64_t n = 0; n < N; ++n) quantize_q8_row(w.data() + n * K, K, q.data() + n * rb);
+  return q;
+}
+std::vector<float> dequantize(const std::vector<uint8_t>& q, int64_t N, int64_t K) {
+  const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  std::vector<float> w(static_cast<size_t>(N * K));
+  for (int64_t n = 0; n < N; ++n) dequantize_q8_row(q.data() + n * rb, K, w.data() + n * K);
+  return w;
+}
+
+TEST(Q8Format, RoundTripErrorIsAtMostHalfAStep) {
+  std::mt19937 rng(5);
+  auto w = random_vec(4 * 64, rng, -3.0f, 3.0f);
+  for (int i = 64; i < 96; ++i) w[static_cast<size_t>(i)] = 0.0f;  // an all-zero block: scale 0, exact
+  w[130] = 1e-30f;                                                 // tiny next to large values
+  const auto q = quantize(w, 4, 64);
+  ASSERT_EQ(q.size(), 4 * ir::q8_row_bytes(64));
+  const auto back = dequantize(q, 4, 64);
+  for (int64_t b = 0; b < 8; ++b) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(w[static_cast<size_t>(b * 32 + i)]));
+    for (int64_t i = 0; i < 32; ++i) {
+      const size_t j = static_cast<size_t>(b * 32 + i);
+      // |w - q * s| <= s / 2 (plus the rounding of q * s in f32).
+      ASSERT_LE(std::fabs(w[j] - back[j]), amax / 127.0f * 0.5f * (1.0f + 1e-6f) + 1e-37f) << j;
+    }
+  }
+  for (int i = 64; i < 96; ++i) EXPECT_EQ(back[static_cast<size_t>(i)], 0.0f);
+  // The block's largest magnitude maps to +-127 exactly.
+  int max_q = 0;
+  for (int i = 0; i < 32; ++i)
+    max_q = std::max(max_q, std::abs(static_cast<int>(static_cast<int8_t>(q[static_cast<size_t>(i)]))));
+  EXPECT_EQ(max_q, 127);
+}
+
+// The int8 product equals the scalar reference (and so gemm_nt on the
+// dequantized matrix) within the gemm tolerance, and is bit-identical
+// batched or not and however the columns are split.
+TEST_P(KernelTest, GemmQ8MatchesReferenceAndIsBitExactAcrossBatchAndSplits) {
+  std::mt19937 rng(4);
+  for (int64_t M : {1, 2, 3, 4, 5, 8, 13}) {
+    for (int64_t K : {32, 64, 96, 512}) {
+      for (int64_t N : {1, 2, 3, 4, 5, 8, 9, 17, 37}) {
+        const int64_t lda = K + 3, ldc = N + 1;
+        const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
+        const auto Q = quantize(random_vec(N * K, rng), N, K);
+        const auto W = dequantize(Q, N, K);
+        std::vector<float> C(strided_size(M, N, ldc), -7.0f), R(C), S(C);
+        t().gemm_nt_q8(M, 0, N, K, A.data(), lda, Q.data(), C.data(), ldc);
+        ref().gemm_nt_q8(M, 0, N, K, A.data(), lda, Q.data(), R.data(), ldc);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = N; n < ldc && m * ldc + n < static_cast<int64_t>(C.size()); ++n)
+            ASSERT_EQ(C[m * ldc + n], -7.0f) << "wrote outside [0, N)";
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            float mag = 0.0f;
+            for (int64_t k = 0; k < K; ++k) mag += std::fabs(A[m * lda + k] * W[n * K + k]);
+            ASSERT_NEAR(C[m * ldc + n], R[m * ldc + n], 1e-5f * std::sqrt(static_cast<float>(K)) * mag)
+                << "M=" << M << " K=" << K << " N=" << N;
+          }
+        // Row by row and in awkward column pieces: the same bits.
+        for (int64_t m = 0; m < M; ++m) {
+          t().gemm_nt_q8(1, 0, N, K, A.data() + m * lda, lda, Q.data(), S.data() + m * ldc, ldc);
+          for (int64_t n = 0; n < N; ++n) ASSERT_EQ(bits(S[m * ldc + n]), bits(C[m * ldc + n])) << "row " << m;
+        }
+        std::vector<float> split(C.size(), -7.0f);
+        for (int64_t n0 = 0; n0 < N; n0 += 3)
+          t().gemm_nt_q8(M, n0, n0 + 3 < N ? n0 + 3 : N, K, A.data(), lda, Q.data(), split.data(), ldc);
+        for (size_t i = 0; i < C.size(); ++i) ASSERT_EQ(bits(split[i]), bits(C[i])) << "split, i=" << i;
       }
     }
   }

@@ -1,6 +1,7 @@
-// weight-precision pass: which weights become bf16, a must-not-convert test
-// per guard, and numerical equivalence of a bf16-compiled model to its fp32
-// original (within bf16's rounding) and of its fast ops to the reference ops.
+// weight-precision pass: which weights become bf16 or int8, a
+// must-not-convert test per guard, and numerical equivalence of a bf16- or
+// int8-compiled model to its fp32 original (within the precision's rounding)
+// and of its fast ops to the reference ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "passes/weight_precision.h"
 #include "runtime/engine.h"
 #include "util/half.h"
+#include "util/quant.h"
 
 namespace k3::passes {
 namespace {
@@ -81,6 +83,59 @@ TEST(WeightPrecision, ConvertsLinearAndExpertWeightsToBf16) {
   auto changed2 = again.run(g);
   ASSERT_TRUE(changed2.ok());
   EXPECT_FALSE(*changed2);
+}
+
+// 32-wide rows so int8 applies: tokens -> Embedding(table [16,32]) ->
+// Linear(w [32,32]) -> Moe(gate, 2 experts up [32,32] down [32,32]) ->
+// Linear(table) (tied), plus a Linear whose rows (K = 8) are not whole blocks.
+ir::Graph int8_graph() {
+  ir::Graph g;
+  const float* w = weights().data();
+  const int tokens = g.add_input("tokens", DType::kI32, {2}, RowDim::kTokens);
+  const int table = g.add_weight("table", DType::kF32, {16, 32}, w);
+  const int x = node(g, OpKind::kEmbedding, "embed", {table, tokens});
+  const int h = node(g, OpKind::kLinear, "proj", {x, g.add_weight("proj.weight", DType::kF32, {32, 32}, w + 7)});
+  std::vector<int> moe_in{h, g.add_weight("gate", DType::kF32, {2, 32}, w + 11)};
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {32, 32}, w + 1000 * e));
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {32, 32}, w + 1000 * e + 500));
+  }
+  const int y = node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}});
+  const int narrow =
+      node(g, OpKind::kLinear, "narrow", {y, g.add_weight("narrow.weight", DType::kF32, {8, 32}, w + 3)});
+  const int back =
+      node(g, OpKind::kLinear, "widen", {narrow, g.add_weight("widen.weight", DType::kF32, {32, 8}, w + 5)});
+  g.mark_output(node(g, OpKind::kLinear, "output", {back, table}));
+  return g;
+}
+
+TEST(WeightPrecision, Int8QuantizesWholeBlockMatricesOnly) {
+  ir::Graph g = int8_graph();
+  WeightPrecision pass("int8");
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kQ8);
+  EXPECT_EQ(dtype_of_input(g, "narrow", 1), DType::kQ8);  // [8, 32]: rows of 32 are whole blocks
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kQ8) << i;
+  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kQ8);
+  // Guards: K = 8 is not a whole block; the gate and the embedding stay f32.
+  EXPECT_EQ(dtype_of_input(g, "widen", 1), DType::kF32);
+  EXPECT_EQ(dtype_of_input(g, "moe", 1), DType::kF32);
+  EXPECT_EQ(dtype_of_input(g, "embed", 0), DType::kF32);
+  // The bytes are util/quant.h's rows, and the value's size is rows * q8_row_bytes.
+  const ir::Value& v = g.value(g.find_value("proj.weight"));
+  ASSERT_EQ(v.bytes(), 32 * ir::q8_row_bytes(32));
+  std::vector<uint8_t> want(ir::q8_row_bytes(32));
+  for (int r = 0; r < 32; ++r) {
+    quantize_q8_row(weights().data() + 7 + r * 32, 32, want.data());
+    ASSERT_EQ(std::memcmp(static_cast<const uint8_t*>(v.data) + r * want.size(), want.data(), want.size()), 0) << r;
+  }
+  // A second run changes nothing.
+  auto again = WeightPrecision("int8").run(g);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again);
 }
 
 TEST(WeightPrecision, MustNotConvertGate) {
@@ -169,6 +224,29 @@ TEST(WeightPrecision, Bf16ModelStaysCloseToFp32AndMatchesReferenceOps) {
   }
   EXPECT_GT(err_f32, 0.0f) << "bf16 weights should change the logits a little";
   EXPECT_LE(err_f32, 2e-2f * std::max(1.0f, max_abs));
+  EXPECT_LE(err_ref, 1e-4f * std::max(1.0f, max_abs));
+}
+
+// int8 weights: per-block absmax gives a relative weight error up to 1/254
+// of the block's largest weight, so the logits move more than with bf16 but
+// stay close; the fast int8 ops equal the reference ops on the same weights.
+TEST(WeightPrecision, Int8ModelStaysCloseToFp32AndMatchesReferenceOps) {
+  const std::vector<int32_t> prompt{5, 17, 42, 99, 3, 1};
+  auto f32 = engine("fp32", false);
+  auto q8 = engine("int8", false);
+  auto q8_ref = engine("int8", true);
+  EXPECT_LT(q8->weight_bytes_per_token(), f32->weight_bytes_per_token() * 2 / 5);
+  const auto a = last_logits(*f32, prompt), b = last_logits(*q8, prompt), r = last_logits(*q8_ref, prompt);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(b.size(), r.size());
+  float max_abs = 0, err_f32 = 0, err_ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(a[i]));
+    err_f32 = std::max(err_f32, std::fabs(a[i] - b[i]));
+    err_ref = std::max(err_ref, std::fabs(r[i] - b[i]));
+  }
+  EXPECT_GT(err_f32, 0.0f) << "int8 weights should change the logits a little";
+  EXPECT_LE(err_f32, 5e-2f * std::max(1.0f, max_abs));
   EXPECT_LE(err_ref, 1e-4f * std::max(1.0f, max_abs));
 }
 

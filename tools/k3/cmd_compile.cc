@@ -177,7 +177,8 @@ Registered add_compile(CLI::App& app) {
                   "Specialize shapes: batch=N (sequences decoded together), seq=N (prefill tokens per step), "
                   "ctx=N (KV positions per sequence); for ONNX, NAME=N fixes the graph's symbolic dim NAME");
   sub->add_option("--precision", f->precision,
-                  "Weight precision of Linear and expert matrices: fp32 (default) or bf16");
+                  "Weight precision of Linear and expert matrices: fp32 (default), bf16, or int8 (blocks of 32 "
+                  "with an f32 scale; activations stay f32)");
   sub->add_option("--disable-pass", f->disabled, "Skip a pass by name (repeatable; see --list-passes)");
   sub->add_flag("--list-passes", f->list_passes, "List the passes in pipeline order and exit");
   sub->add_flag("--moe-dense", f->moe_dense, "Compile the article's dense one-hot-mask MoE (for measuring)");

@@ -68,6 +68,8 @@ const char* npy_descr(ir::DType t) {
       return "<f2";
     case ir::DType::kBF16:
       return nullptr;  // numpy has no bfloat16
+    case ir::DType::kQ8:
+      return nullptr;  // compiler weight format, never a run output
   }
   return nullptr;
 }

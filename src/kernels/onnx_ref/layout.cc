@@ -111,6 +111,8 @@ void write_elem(Tensor& t, int64_t i, bool src_float, double f, int64_t n) {
     case DType::kBool:
       t.mut<uint8_t>()[i] = src_float ? (f != 0) : (n != 0);
       break;
+    case DType::kQ8:  // compiler weight format, never an ONNX tensor
+      break;
   }
 }
 

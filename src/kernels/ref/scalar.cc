@@ -6,6 +6,7 @@
 
 #include "kernels/kernels.h"
 #include "util/half.h"
+#include "util/quant.h"
 
 namespace k3::kernels {
 namespace {
@@ -32,6 +33,21 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
     for (int64_t n = n0; n < n1; ++n) {
       float acc = 0.0f;
       for (int64_t k = 0; k < K; ++k) acc += A[m * lda + k] * bf16_to_f32(W[n * ldw + k]);
+      C[m * ldc + n] = acc;
+    }
+  }
+}
+
+// gemm_nt with W in the int8 block format (kernels.h): each weight is
+// float(q) * scale, then the same sequential sum.
+void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
+                int64_t ldc) {
+  const auto row_bytes = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* row = W + n * row_bytes;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += A[m * lda + k] * q8_weight(row, K, k);
       C[m * ldc + n] = acc;
     }
   }
@@ -114,6 +130,7 @@ constexpr KernelTable kTable = {
     .isa = Isa::kScalar,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
+    .gemm_nt_q8 = gemm_nt_q8,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

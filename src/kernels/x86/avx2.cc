@@ -196,6 +196,122 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
   gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
+// ---- gemm_nt_q8 ------------------------------------------------------------
+
+// gemm_nt over int8 weight rows (K int8, then K/32 f32 scales; K % 32 == 0).
+// Per element, per block of 32 weights b with scale s_b, in this order:
+//   e = a[0:8] * q[0:8];  o = a[8:16] * q[8:16]
+//   e = fma(a[16:24], q[16:24], e);  o = fma(a[24:32], q[24:32], o)
+//   acc = fma(s_b, e + o, acc)          (q converted exactly to f32)
+// and C = hsum(acc). The scale multiplies a block's partial sum, not each
+// weight (one FMA per 32 weights instead of a multiply per 8), and e/o are
+// two short chains restarted every block, so the FMA units are never waiting
+// on one long accumulation: at batch 1 each weight byte costs about one
+// convert and one FMA, which keeps this at memory speed instead of compute
+// bound. The sequence depends on nothing but K, so results are identical for
+// any M, tile and column split (the gemm_nt contract).
+inline __m256 load_q8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 q8_scale(const uint8_t* row, int64_t K, int64_t k0) {
+  float s;  // memcpy: the scales sit at any 4-byte offset; keep it UB-free
+  __builtin_memcpy(&s, row + K + k0 / 32 * 4, 4);
+  return _mm256_set1_ps(s);
+}
+// One block of one (A row, W row) pair; a[0..3] and w[0..3] are its four 8-wide parts.
+inline __m256 q8_block(const __m256* a, const __m256* w, __m256 scale, __m256 acc) {
+  __m256 e = _mm256_mul_ps(a[0], w[0]);
+  __m256 o = _mm256_mul_ps(a[1], w[1]);
+  e = _mm256_fmadd_ps(a[2], w[2], e);
+  o = _mm256_fmadd_ps(a[3], w[3], o);
+  return _mm256_fmadd_ps(scale, _mm256_add_ps(e, o), acc);
+}
+
+// Batch 1: one A row against NR W rows (NR independent streams). The A block
+// is loaded once and shared; each W row's block is converted once.
+// 4 acc + 4 A + 4 W + e/o + scale = 14 ymm at NR = 4.
+template <int NR>
+void q8_gemv_tile(int64_t K, const float* A, const uint8_t* W, int64_t row_bytes, float* C, const uint8_t* prefetch) {
+  __m256 acc[NR];
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < K; k0 += 32) {
+    if (prefetch != nullptr && (k0 & 63) == 0) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
+    }
+    __m256 a[4];
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) a[s] = _mm256_loadu_ps(A + k0 + s * kW);
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* row = W + j * row_bytes;
+      __m256 w[4];
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) w[s] = load_q8(row + k0 + s * kW);
+      acc[j] = q8_block(a, w, q8_scale(row, K, k0), acc[j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) C[j] = hsum(acc[j]);
+}
+
+// Batches and prefill: MR A rows against one W row, whose block is converted
+// once for all MR rows. 4 W + 4 acc + e/o + A part + scale = 12 ymm at MR = 4.
+template <int MR>
+void q8_tile(int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C, int64_t ldc, const uint8_t* prefetch) {
+  __m256 acc[MR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < K; k0 += 32) {
+    if (prefetch != nullptr && (k0 & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(prefetch + k0), _MM_HINT_T1);
+    __m256 w[4];
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) w[s] = load_q8(W + k0 + s * kW);
+    const __m256 scale = q8_scale(W, K, k0);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      __m256 a[4];
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) a[s] = _mm256_loadu_ps(A + i * lda + k0 + s * kW);
+      acc[i] = q8_block(a, w, scale, acc[i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) C[i * ldc] = hsum(acc[i]);
+}
+
+constexpr int kQ8Mr = 4;      // A rows per q8_tile
+constexpr int kQ8GemvNr = 4;  // W rows per q8_gemv_tile
+
+using Q8TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, float*, int64_t, const uint8_t*);
+constexpr Q8TileFn kQ8Tiles[kQ8Mr] = {q8_tile<1>, q8_tile<2>, q8_tile<3>, q8_tile<4>};
+using Q8GemvFn = void (*)(int64_t, const float*, const uint8_t*, int64_t, float*, const uint8_t*);
+constexpr Q8GemvFn kQ8Gemv[kQ8GemvNr] = {q8_gemv_tile<1>, q8_gemv_tile<2>, q8_gemv_tile<3>, q8_gemv_tile<4>};
+
+// C[M, n0..n1) = A[M, K] . dequant(W)[n0..n1, K]^T, W rows outside and A
+// rows inside, so each W row is read from memory once per call.
+void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
+                int64_t ldc) {
+  const int64_t rb = K + K / 32 * 4;  // ir::q8_row_bytes (not included: see the top of the file)
+  if (M == 1) {
+    for (int64_t n = n0; n < n1; n += kQ8GemvNr) {
+      const int64_t nr = min64(kQ8GemvNr, n1 - n);
+      const uint8_t* w = W + n * rb;
+      kQ8Gemv[nr - 1](K, A, w, rb, C + n, n + 2 * kQ8GemvNr <= n1 ? w + kQ8GemvNr * rb : nullptr);
+    }
+    return;
+  }
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* w = W + n * rb;
+    for (int64_t m = 0; m < M; m += kQ8Mr) {
+      const int64_t mr = min64(kQ8Mr, M - m);
+      kQ8Tiles[mr - 1](K, A + m * lda, lda, w, C + m * ldc + n, ldc, m == 0 && n + 1 < n1 ? w + rb : nullptr);
+    }
+  }
+}
+
 // ---- element-wise ----------------------------------------------------------
 
 // y[i] = f(x[i]) for i < n, 8 lanes at a time, masked tail. y may alias x.
@@ -460,6 +576,7 @@ constexpr KernelTable kTable = {
     .isa = Isa::kAvx2,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
+    .gemm_nt_q8 = gemm_nt_q8,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

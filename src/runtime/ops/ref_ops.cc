@@ -10,6 +10,7 @@
 
 #include "runtime/ops/op_call.h"
 #include "util/half.h"
+#include "util/quant.h"
 
 namespace k3::runtime {
 namespace {
@@ -56,15 +57,24 @@ void linear_rows(const float* x, int64_t rows, int64_t k_dim, const float* w, in
 }
 
 // A weight argument as f32: in place for f32, widened (exactly) into a copy
-// for bf16. The reference allocates freely; it is the oracle, not the hot path.
+// for bf16, dequantized (float(q) * scale, as the kernels do) for int8. The
+// reference allocates freely; it is the oracle, not the hot path.
 struct WeightF32 {
   std::vector<float> owned;
   const float* data;
 };
 
 WeightF32 weight_f32(const TensorArg& w) {
-  if (w.value->dtype != ir::DType::kBF16) return {{}, w.f32()};
   const int64_t n = w.dim(0) * w.cols();
+  if (w.value->dtype == ir::DType::kQ8) {
+    WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
+    const auto row_bytes = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(w.cols())));
+    for (int64_t r = 0; r < w.dim(0); ++r)
+      dequantize_q8_row(static_cast<const uint8_t*>(w.data) + r * row_bytes, w.cols(), out.owned.data() + r * w.cols());
+    out.data = out.owned.data();
+    return out;
+  }
+  if (w.value->dtype != ir::DType::kBF16) return {{}, w.f32()};
   WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
   const auto* h = static_cast<const uint16_t*>(w.data);
   for (int64_t i = 0; i < n; ++i) out.owned[static_cast<size_t>(i)] = bf16_to_f32(h[i]);

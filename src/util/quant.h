@@ -1,0 +1,49 @@
+// The int8 weight format (ir::DType::kQ8), scalar: quantize at compile time,
+// dequantize for the reference ops and tests.
+//
+// Symmetric absmax per block of 32 consecutive weights of a row:
+//   scale = max|w| / 127 (f32),  q = round-to-nearest-even(w / scale) in [-127, 127]
+//   (an all-zero block has scale 0 and q 0).
+// A row of K weights (K % 32 == 0) is stored as its K int8 values followed by
+// its K/32 f32 scales: one contiguous stream per row, q8_row_bytes(K) bytes,
+// the int8 part first so the kernels' wide loads stay aligned with the row.
+// This is llama.cpp's Q8_0 grouping (32) with an f32 scale instead of f16.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "ir/dtype.h"
+
+namespace k3 {
+
+// src: [K] f32; dst: q8_row_bytes(K) bytes.
+inline void quantize_q8_row(const float* src, int64_t k_dim, uint8_t* dst) {
+  for (int64_t b = 0; b < k_dim / ir::kQ8Block; ++b) {
+    const float* x = src + b * ir::kQ8Block;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < ir::kQ8Block; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    const float scale = amax / 127.0f;
+    for (int64_t i = 0; i < ir::kQ8Block; ++i) {
+      const float q = scale == 0.0f ? 0.0f : std::nearbyint(x[i] / scale);
+      const float clamped = std::fmin(127.0f, std::fmax(-127.0f, q));
+      dst[b * ir::kQ8Block + i] = static_cast<uint8_t>(static_cast<int8_t>(clamped));
+    }
+    std::memcpy(dst + k_dim + b * 4, &scale, 4);
+  }
+}
+
+// The f32 weight the kernels compute with: float(q) * scale.
+inline float q8_weight(const uint8_t* row, int64_t k_dim, int64_t k) {
+  float scale;
+  std::memcpy(&scale, row + k_dim + k / ir::kQ8Block * 4, 4);
+  return static_cast<float>(static_cast<int8_t>(row[k])) * scale;
+}
+
+// src: q8_row_bytes(K) bytes; dst: [K] f32.
+inline void dequantize_q8_row(const uint8_t* src, int64_t k_dim, float* dst) {
+  for (int64_t k = 0; k < k_dim; ++k) dst[k] = q8_weight(src, k_dim, k);
+}
+
+}  // namespace k3
