@@ -63,16 +63,26 @@ Status infer_Embedding(const Graph& g, const Node& n, Outs& out) {
   return Status();
 }
 
+// An optional clamp bound (attr clip): absent or 0 means none.
+Status clip_attr(const Node& n) {
+  if (!(n.attr_float("clip", 0.0) >= 0.0)) return invalid_argument("attribute clip must be non-negative");
+  return Status();
+}
+
 Status norm_common(const Graph& g, const Node& n, size_t n_params, Outs& out) {
   K3_RETURN_IF_ERROR(expect_inputs(n, 1 + n_params));
   const Value& x = g.value(n.inputs[0]);
   K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
+  // RmsNorm may normalize groups of a row on their own (per-head q/k norms).
+  const int64_t group = n.op == OpKind::kRmsNorm ? n.attr_int("group", x.shape[1]) : x.shape[1];
+  if (group <= 0 || x.shape[1] % group != 0) return invalid_argument("attribute group must divide the row width");
   for (size_t i = 1; i <= n_params; ++i) {
     const Value& p = g.value(n.inputs[i]);
     K3_RETURN_IF_ERROR(expect(p, DType::kF32, 1, "parameter"));
-    K3_RETURN_IF_ERROR(expect_dim(p, 0, x.shape[1], "parameter"));
+    K3_RETURN_IF_ERROR(expect_dim(p, 0, group, "parameter"));
   }
   if (!(n.attr_float("eps", -1.0) > 0.0)) return invalid_argument("attribute eps must be positive");
+  K3_RETURN_IF_ERROR(clip_attr(n));
   out.push_back({DType::kF32, x.shape, x.row_dim});
   return Status();
 }
@@ -81,12 +91,18 @@ Status infer_LayerNorm(const Graph& g, const Node& n, Outs& out) { return norm_c
 Status infer_RmsNorm(const Graph& g, const Node& n, Outs& out) { return norm_common(g, n, 1, out); }
 
 Status infer_Linear(const Graph& g, const Node& n, Outs& out) {
-  K3_RETURN_IF_ERROR(expect_inputs(n, 2));
+  if (n.inputs.size() != 3) K3_RETURN_IF_ERROR(expect_inputs(n, 2));  // the bias is optional
   const Value& x = g.value(n.inputs[0]);
   const Value& w = g.value(n.inputs[1]);
   K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
   K3_RETURN_IF_ERROR(expect_matrix_weight(w, "weight"));
   K3_RETURN_IF_ERROR(expect_dim(w, 1, x.shape[1], "weight"));
+  if (n.inputs.size() == 3) {
+    const Value& b = g.value(n.inputs[2]);
+    K3_RETURN_IF_ERROR(expect(b, DType::kF32, 1, "bias"));
+    K3_RETURN_IF_ERROR(expect_dim(b, 0, w.shape[0], "bias"));
+  }
+  K3_RETURN_IF_ERROR(clip_attr(n));
   out.push_back({DType::kF32, {x.shape[0], w.shape[0]}, x.row_dim});
   return Status();
 }
@@ -131,6 +147,7 @@ Status infer_CachedAttention(const Graph& g, const Node& n, Outs& out) {
   K3_RETURN_IF_ERROR(positive_attr(n, "n_kv_heads", hkv));
   K3_RETURN_IF_ERROR(positive_attr(n, "head_dim", hd));
   if (hq % hkv != 0) return invalid_argument("n_heads must be a multiple of n_kv_heads");
+  if (!(n.attr_float("scale", 1.0) > 0.0)) return invalid_argument("attribute scale must be positive");
   const Value& q = g.value(n.inputs[0]);
   const Value& k = g.value(n.inputs[1]);
   const Value& v = g.value(n.inputs[2]);
@@ -166,7 +183,9 @@ Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
   if (top_k > e) return invalid_argument("top_k exceeds n_experts");
   const int64_t swiglu = n.attr_int("swiglu", 0);
   const int64_t per_expert = swiglu ? 3 : 2;
-  K3_RETURN_IF_ERROR(expect_inputs(n, static_cast<size_t>(2 + e * per_expert)));
+  const bool shared = n.attr_int("shared", 0) != 0;
+  if (shared && !swiglu) return invalid_argument("a shared expert needs swiglu experts");
+  K3_RETURN_IF_ERROR(expect_inputs(n, static_cast<size_t>(2 + e * per_expert + (shared ? 4 : 0))));
   const Value& x = g.value(n.inputs[0]);
   const Value& gate = g.value(n.inputs[1]);
   K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
@@ -186,6 +205,18 @@ Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
       if (f < 0) f = w.shape[0];
       K3_RETURN_IF_ERROR(expect_dim(w, 0, down ? d : f, "expert weight"));
       K3_RETURN_IF_ERROR(expect_dim(w, 1, down ? f : d, "expert weight"));
+    }
+  }
+  if (shared) {
+    // s_up [S,D], s_gate [S,D], s_down [D,S], gate g [1,D]: S may differ from F.
+    const size_t s0 = static_cast<size_t>(2 + e * per_expert);
+    const int64_t s = g.value(n.inputs[s0]).shape.empty() ? -1 : g.value(n.inputs[s0]).shape[0];
+    const int64_t rows[4] = {s, s, d, 1}, cols[4] = {d, d, s, d};
+    for (size_t j = 0; j < 4; ++j) {
+      const Value& w = g.value(n.inputs[s0 + j]);
+      K3_RETURN_IF_ERROR(expect_matrix_weight(w, "shared expert weight"));
+      K3_RETURN_IF_ERROR(expect_dim(w, 0, rows[j], "shared expert weight"));
+      K3_RETURN_IF_ERROR(expect_dim(w, 1, cols[j], "shared expert weight"));
     }
   }
   out.push_back({DType::kF32, x.shape, x.row_dim});

@@ -124,6 +124,11 @@ OpCost op_cost(const ir::Graph& g, const ir::Node& n, const StepCounts& c) {
       const double act = entries * f * (swiglu ? 5 : 8);  // silu*mul / tanh-gelu, approximate
       const double combine = 2 * entries * d;
       r.flops = gate + mats + act + combine;
+      // A shared expert (and its [1, D] gate), if any, runs on every token.
+      for (size_t i = 2 + per * static_cast<size_t>(n_exp); i < n.inputs.size(); ++i) {
+        r.bytes_read += static_cast<double>(in(i).bytes());
+        r.flops += 2 * t * static_cast<double>(in(i).numel());
+      }
       break;
     }
     case OpKind::kGatherRows: {

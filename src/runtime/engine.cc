@@ -101,7 +101,7 @@ uint64_t Engine::weight_bytes_per_token() const {
   for (const ir::Node& n : g.nodes()) {
     switch (n.op) {
       case ir::OpKind::kLinear:
-        bytes += g.value(n.inputs[1]).bytes();
+        for (size_t i = 1; i < n.inputs.size(); ++i) bytes += g.value(n.inputs[i]).bytes();  // weight (+ bias)
         break;
       case ir::OpKind::kLayerNorm:
       case ir::OpKind::kRmsNorm:
@@ -112,10 +112,13 @@ uint64_t Engine::weight_bytes_per_token() const {
         break;
       case ir::OpKind::kMoe: {
         const int64_t e = n.attr_int("n_experts"), k = n.attr_int("top_k");
-        const size_t per = (n.inputs.size() - 2) / static_cast<size_t>(e);
+        const size_t per = n.attr_int("swiglu") != 0 ? 3 : 2;
         uint64_t expert = 0;
         for (size_t j = 0; j < per; ++j) expert += g.value(n.inputs[2 + j]).bytes();
         bytes += g.value(n.inputs[1]).bytes() + static_cast<uint64_t>(k) * expert;
+        // A shared expert (and its gate) runs for every token.
+        for (size_t i = 2 + per * static_cast<size_t>(e); i < n.inputs.size(); ++i)
+          bytes += g.value(n.inputs[i]).bytes();
         break;
       }
       default:

@@ -65,7 +65,10 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
     r.tokens[static_cast<size_t>(i)].push_back(tok);
     if (opt.on_token) opt.on_token(i, tok);
     const bool stop_id = std::find(opt.stop_ids.begin(), opt.stop_ids.end(), tok) != opt.stop_ids.end();
-    if (opt.stop_at_eos && ((c.eos_token_id && tok == *c.eos_token_id) || stop_id))
+    // Hugging Face configs may list several end ids (eos_token_ids); any ends it.
+    const bool eos = (c.eos_token_id && tok == *c.eos_token_id) ||
+                     std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end();
+    if (opt.stop_at_eos && (eos || stop_id))
       r.finish_reason[static_cast<size_t>(i)] = "eos";
     else if (static_cast<int64_t>(r.tokens[static_cast<size_t>(i)].size()) >= opt.max_new_tokens)
       r.finish_reason[static_cast<size_t>(i)] = "length";

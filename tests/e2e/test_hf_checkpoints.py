@@ -26,24 +26,42 @@ COMMON = dict(
 )
 
 
-def build(kind: str, path: Path, **overrides) -> Path:
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48)
+# kind -> (config class, model class, defaults over COMMON). eos_token_id is
+# cleared where a family's default lies outside the tiny vocabulary.
+FAMILIES = {
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", MOE),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", {**MOE, "shared_expert_intermediate_size": 80}),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 4, "num_experts_per_tok": 2, "eos_token_id": None,
+                                                  "pad_token_id": None}),
+    "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM", {
+        "num_local_experts": 4, "num_experts_per_tok": 2, "eos_token_id": None, "bos_token_id": None,
+        "embedding_multiplier": 3.0, "residual_multiplier": 0.6, "attention_multiplier": 0.2, "logits_scaling": 2.5}),
+}
+
+
+def build(kind: str, path: Path, shard: str | None = None, **overrides) -> Path:
     torch.manual_seed(0)
-    if kind == "mixtral":
-        cfg = transformers.MixtralConfig(**{**COMMON, "num_local_experts": 4, "num_experts_per_tok": 2, **overrides})
-        model = transformers.MixtralForCausalLM(cfg)
-    elif kind == "llama":
-        cfg = transformers.LlamaConfig(**{**COMMON, **overrides})
-        model = transformers.LlamaForCausalLM(cfg)
-    else:
-        cfg = transformers.MistralConfig(**{**COMMON, **overrides})
-        model = transformers.MistralForCausalLM(cfg)
+    cfg_cls, model_cls, defaults = FAMILIES[kind]
+    cfg = getattr(transformers, cfg_cls)(**{**COMMON, **defaults, **overrides})
+    model = getattr(transformers, model_cls)(cfg)
     # Random init at std 0.02 gives near-uniform logits; widen so greedy
     # choices are well separated.
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.2)
-    model.eval().save_pretrained(path)
+        # Norm weights start at 1 and biases at 0, which would leave those
+        # code paths untested; randomize them too.
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.copy_(torch.randn_like(p) * 0.3 + (1.0 if "norm" in name else 0.0))
+    model.eval().save_pretrained(path, **({"max_shard_size": shard} if shard else {}))
     return path
 
 
@@ -66,6 +84,32 @@ CASES = {
     "llama-tied": ("llama", {"tie_word_embeddings": True}),
     "llama-untied": ("llama", {"tie_word_embeddings": False, "head_dim": 32}),
     "mistral-window": ("mistral", {"sliding_window": 64}),
+    "llama-attention-bias": ("llama", {"attention_bias": True}),
+    "qwen2-tied": ("qwen2", {"tie_word_embeddings": True}),
+    "qwen2-untied": ("qwen2", {"tie_word_embeddings": False}),
+    "qwen3": ("qwen3", {"head_dim": 32}),
+    "qwen3-tied-bias": ("qwen3", {"tie_word_embeddings": True, "attention_bias": True}),
+    "qwen3_moe-norm": ("qwen3_moe", {"norm_topk_prob": True}),
+    "qwen3_moe-nonorm-dense0": ("qwen3_moe", {"norm_topk_prob": False, "mlp_only_layers": [0]}),
+    "qwen3_moe-step2": ("qwen3_moe", {"norm_topk_prob": True, "decoder_sparse_step": 2, "num_hidden_layers": 3}),
+    "qwen2_moe-norm": ("qwen2_moe", {"norm_topk_prob": True}),
+    "qwen2_moe-nonorm-dense0": ("qwen2_moe", {"norm_topk_prob": False, "mlp_only_layers": [0], "tie_word_embeddings": True}),
+    "qwen2_moe-step2": ("qwen2_moe", {"decoder_sparse_step": 2, "num_hidden_layers": 3}),
+    "olmoe": ("olmoe", {}),
+    "olmoe-norm-clip": ("olmoe", {"norm_topk_prob": True, "clip_qkv": 0.8}),
+    "granitemoe": ("granitemoe", {}),
+    "granitemoe-tied-top1": ("granitemoe", {"tie_word_embeddings": True, "num_experts_per_tok": 1}),
+    # RoPE scaling, with scales and original contexts small enough to change
+    # the tiny model's tables at the positions generated here.
+    "llama-rope-linear": ("llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}}),
+    "llama-rope-llama3": ("llama", {"rope_parameters": {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16}}),
+    "qwen3-rope-yarn": ("qwen3", {"rope_parameters": {
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32}}),
+    "qwen2-rope-yarn-attention-factor": ("qwen2", {"rope_parameters": {
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0, "original_max_position_embeddings": 64,
+        "attention_factor": 1.3, "beta_fast": 16.0, "beta_slow": 2.0}}),
 }
 
 
@@ -87,6 +131,47 @@ def test_hf_family_matches_transformers(k3: K3Runner, tmp_path, case):
     assert k3.generate_ids(out, [PROMPT], max_new_tokens=STEPS, temperature=0) == [want_ids]
 
 
+def test_sharded_checkpoint_matches_transformers(k3: K3Runner, tmp_path):
+    """save_pretrained's shards + model.safetensors.index.json load like one file."""
+    path = build("qwen2_moe", tmp_path / "m", shard="60KB", norm_topk_prob=True)
+    assert (path / "model.safetensors.index.json").exists() and not (path / "model.safetensors").exists()
+    assert len(list(path.glob("model-*.safetensors"))) > 1
+    want_ids, _ = hf_greedy(path)
+    assert k3.generate_ids(path, [PROMPT], max_new_tokens=STEPS, temperature=0) == [want_ids]
+    out = tmp_path / "m.k3m"
+    assert k3.run("compile", path, "--out", out).returncode == 0
+    assert k3.generate_ids(out, [PROMPT], max_new_tokens=STEPS, temperature=0) == [want_ids]
+
+
+def test_rope_scaling_4x_config_form(k3: K3Runner, tmp_path):
+    """transformers 4.x writes rope_theta + rope_scaling {type, ...}: the same model."""
+    path = build("llama", tmp_path / "m", rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    want_ids, _ = hf_greedy(path)
+    cfg = json.loads((path / "config.json").read_text())
+    params = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = params.pop("rope_theta")
+    params["type"] = params.pop("rope_type")
+    cfg["rope_scaling"] = params
+    (path / "config.json").write_text(json.dumps(cfg))
+    assert k3.generate_ids(path, [PROMPT], max_new_tokens=STEPS, temperature=0) == [want_ids]
+
+
+def test_eos_list_stops_on_any(k3: K3Runner, tmp_path):
+    """Every id of an eos_token_id list ends generation (from the directory and from a .k3m)."""
+    path = build("qwen2", tmp_path / "m")
+    want_ids, _ = hf_greedy(path)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["eos_token_id"] = [159, want_ids[2]]
+    (path / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "m.k3m"
+    assert k3.run("compile", path, "--out", out).returncode == 0
+    stop = next(i for i, t in enumerate(want_ids) if t in cfg["eos_token_id"])
+    for model in (path, out):
+        assert k3.generate_ids(model, [PROMPT], max_new_tokens=STEPS, temperature=0) == [want_ids[:stop + 1]]
+
+
 def test_sliding_window_caps_the_context(k3: K3Runner, tmp_path):
     path = build("mistral", tmp_path / "m", sliding_window=16)
     res = k3.run("generate", "--model", path, "--prompt-ids", ",".join(["1"] * 20), "-n", 2)
@@ -96,9 +181,12 @@ def test_sliding_window_caps_the_context(k3: K3Runner, tmp_path):
 @pytest.mark.parametrize(
     "edit, needle",
     [
-        ({"model_type": "qwen2_moe"}, "qwen2_moe"),
-        ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}}, "llama3"),
-        ({"attention_bias": True}, "attention_bias"),
+        ({"model_type": "gemma"}, "gemma"),
+        ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}}, "dynamic"),
+        ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0}}, "longrope"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}},
+         "partial_rotary_factor"),
+        ({"mlp_bias": True}, "mlp_bias"),
         ({"hidden_act": "gelu"}, "hidden_act"),
     ],
 )

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -452,6 +453,103 @@ TEST(ToJson, AbsentEosStaysAbsent) {
   auto back = k3::parse_config(c->to_json());
   ASSERT_TRUE(back.ok());
   EXPECT_FALSE(back->eos_token_id.has_value());
+}
+
+// ---------------------------------------------------------------------------
+// Hugging Face configs (hf_config.cc); the conformance against transformers
+// is tests/e2e/test_hf_checkpoints.py.
+
+json hf_json(const std::string& family) {
+  return json{{"model_type", family},          {"vocab_size", 160},        {"hidden_size", 64},
+              {"num_hidden_layers", 4},        {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+              {"intermediate_size", 96},       {"max_position_embeddings", 128}};
+}
+
+TEST(HfConfig, QwenMoeDenseLayersFromMlpOnlyAndSparseStep) {
+  json j = hf_json("qwen3_moe");
+  j.update({{"num_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 48},
+            {"mlp_only_layers", {0}}, {"decoder_sparse_step", 2}});
+  auto c = parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->d_ff, 48);
+  EXPECT_EQ(c->dense_d_ff, 96);
+  EXPECT_EQ(c->dense_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c->layer_experts(0), 1);
+  EXPECT_EQ(c->layer_experts(1), 4);
+  EXPECT_EQ(c->layer_d_ff(2), 96);
+  EXPECT_FALSE(c->moe_renormalize);  // norm_topk_prob absent: transformers' default, false
+  EXPECT_EQ(c->qk_norm, k3::QkNorm::kPerHead);
+  j["norm_topk_prob"] = true;
+  EXPECT_TRUE(parse(j)->moe_renormalize);
+}
+
+TEST(HfConfig, FamilyAttentionFeatures) {
+  EXPECT_TRUE(parse(hf_json("qwen2"))->qkv_bias);
+  EXPECT_FALSE(parse(hf_json("qwen2"))->o_bias);
+  json olmoe = hf_json("olmoe");
+  olmoe.update({{"num_experts", 4}, {"num_experts_per_tok", 2}, {"clip_qkv", 8.0}});
+  auto c = parse(olmoe);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->qk_norm, k3::QkNorm::kFull);
+  EXPECT_EQ(c->clip_qkv, 8.0);
+  json llama = hf_json("llama");
+  llama["attention_bias"] = true;
+  EXPECT_TRUE(parse(llama)->o_bias);
+}
+
+TEST(HfConfig, QwenSlidingWindowOnlyWhenUsed) {
+  json j = hf_json("qwen2");
+  j["sliding_window"] = 32;
+  EXPECT_EQ(parse(j)->max_seq_len, 128);
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(parse(j)->max_seq_len, 32);
+}
+
+TEST(HfConfig, LinearRopeDividesFrequencies) {
+  json j = hf_json("llama");
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+  auto c = parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_EQ(c->rope_inv_freq.size(), 8u);
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_DOUBLE_EQ(c->rope_inv_freq[i], std::pow(10000.0, -2.0 * static_cast<double>(i) / 16.0) / 4.0);
+  EXPECT_EQ(c->rope_attention_factor, 1.0);
+}
+
+TEST(HfConfig, YarnDefaultAttentionFactor) {
+  json j = hf_json("qwen3");
+  j["rope_parameters"] = {
+      {"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+  auto c = parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_DOUBLE_EQ(c->rope_attention_factor, 0.1 * std::log(4.0) + 1.0);
+  // The highest frequency is extrapolated (unchanged), the lowest interpolated.
+  EXPECT_DOUBLE_EQ(c->rope_inv_freq.front(), 1.0);
+  EXPECT_DOUBLE_EQ(c->rope_inv_freq.back(), std::pow(10000.0, -14.0 / 16.0) / 4.0);
+}
+
+TEST(HfConfig, UnsupportedRopeIsNamed) {
+  for (const char* type : {"dynamic", "longrope"}) {
+    json j = hf_json("llama");
+    j["rope_parameters"] = {{"rope_type", type}, {"rope_theta", 10000.0}, {"factor", 2.0}};
+    auto c = parse(j);
+    ASSERT_FALSE(c.ok());
+    EXPECT_THAT(c.status().message(), HasSubstr(type));
+  }
+}
+
+TEST(HfConfig, EosListKeepsEveryIdThroughToJson) {
+  json j = hf_json("qwen2");
+  j["eos_token_id"] = {7, 9};
+  auto c = parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->eos_token_id, 7);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{7, 9}));
+  auto back = k3::parse_config(c->to_json());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->eos_token_ids, (std::vector<int64_t>{7, 9}));
+  j["eos_token_id"] = {7, 160};
+  EXPECT_FALSE(parse(j).ok());
 }
 
 }  // namespace

@@ -18,6 +18,11 @@ void test_Embedding() {
   int ids = t.i32("ids", {3, 49, 0, 7, 7}, RowDim::kTokens);
   t.node(OpKind::kEmbedding, {table, ids});
   t.check(4, 0, 0.0f);
+  OpTester s;  // scaled rows (Granite's embedding_multiplier)
+  int table2 = s.f32("table", {50, 24});
+  int ids2 = s.i32("ids", {3, 49, 0, 7, 7}, RowDim::kTokens);
+  s.node(OpKind::kEmbedding, {table2, ids2}, {{"scale", 12.0}});
+  s.check(4, 0, 0.0f);
 }
 
 void norm_case(OpKind op, bool bias, int64_t max_rows, int64_t rows) {
@@ -34,9 +39,21 @@ void test_LayerNorm() {
   norm_case(OpKind::kLayerNorm, true, 12, 11);  // parallel over rows
 }
 
+// Per-head norms (group = head width) and a clamped whole-row norm.
+void grouped_rms_case(int64_t group, double clip, int64_t max_rows, int64_t rows) {
+  OpTester t;
+  int x = t.f32("x", {max_rows, 48}, RowDim::kTokens, 3.0f);
+  t.node(OpKind::kRmsNorm, {x, t.f32("w", {group}, RowDim::kFixed, 2.0f)},
+         {{"eps", 1e-6}, {"group", group}, {"clip", clip}});
+  t.check(rows, 0, kTol);
+}
+
 void test_RmsNorm() {
   norm_case(OpKind::kRmsNorm, false, 6, 4);
   norm_case(OpKind::kRmsNorm, false, 12, 11);
+  grouped_rms_case(16, 0.0, 6, 5);
+  grouped_rms_case(8, 0.0, 3, 2);  // 12 groups over 2 rows: parallel
+  grouped_rms_case(48, 0.5, 6, 5);
 }
 
 void test_Linear() {
@@ -47,14 +64,30 @@ void test_Linear() {
     t.node(OpKind::kLinear, {x, w});
     t.check(7, 0, kTol);
   }
+  // Bias (Qwen2's q/k/v), output scale (Granite's 1/logits_scaling) and
+  // clamp (OLMoE's clip_qkv).
+  for (int64_t n : {1, 45, 130}) {
+    OpTester t;
+    int x = t.f32("x", {9, 67}, RowDim::kTokens);
+    int w = t.f32("w", {n, 67});
+    t.node(OpKind::kLinear, {x, w, t.f32("b", {n})}, {{"scale", 0.25}, {"clip", 0.6}});
+    t.check(7, 0, kTol);
+    OpTester u;
+    int x2 = u.f32("x", {9, 67}, RowDim::kTokens);
+    int w2 = u.f32("w", {n, 67});
+    u.node(OpKind::kLinear, {x2, w2, u.f32("b", {n})});
+    u.check(7, 0, kTol);
+  }
 }
 
 void test_Add() {
-  OpTester t;
-  int a = t.f32("a", {5, 33}, RowDim::kTokens);
-  int b = t.f32("b", {5, 33}, RowDim::kTokens);
-  t.node(OpKind::kAdd, {a, b});
-  t.check(3, 0, 0.0f);
+  for (double scale : {1.0, 0.22}) {
+    OpTester t;
+    int a = t.f32("a", {5, 33}, RowDim::kTokens);
+    int b = t.f32("b", {5, 33}, RowDim::kTokens);
+    t.node(OpKind::kAdd, {a, b}, {{"scale", scale}});
+    t.check(3, 0, 0.0f);
+  }
 }
 
 void test_Rope() {
@@ -66,6 +99,8 @@ void test_Rope() {
   t.node(OpKind::kRope, {x, pos, cs, sn}, {{"head_dim", int64_t{16}}});
   t.check(5, 0, kTol);
 }
+
+void attention_scale_case();
 
 void test_CachedAttention() {
   // Hq=4, Hkv=2, hd=16; two slots of 16 positions. Token rows: slot 0 pos 5,
@@ -82,9 +117,24 @@ void test_CachedAttention() {
   t.node(OpKind::kCachedAttention, {q, k, v, pos, slot, kc, vc},
          {{"n_heads", int64_t{4}}, {"n_kv_heads", int64_t{2}}, {"head_dim", int64_t{16}}});
   t.check(4, 0, kTol);
+  attention_scale_case();
 }
 
-void moe_case(bool swiglu, bool tied_gate, bool dense = false) {
+void attention_scale_case() {
+  OpTester t;
+  int q = t.f32("q", {2, 64}, RowDim::kTokens);
+  int k = t.f32("k", {2, 32}, RowDim::kTokens);
+  int v = t.f32("v", {2, 32}, RowDim::kTokens);
+  int pos = t.i32("pos", {3, 4}, RowDim::kTokens);
+  int slot = t.i32("slot", {0, 0}, RowDim::kTokens);
+  int kc = t.state("k_cache", {1, 2, 8, 16});
+  int vc = t.state("v_cache", {1, 2, 8, 16});
+  t.node(OpKind::kCachedAttention, {q, k, v, pos, slot, kc, vc},
+         {{"n_heads", int64_t{4}}, {"n_kv_heads", int64_t{2}}, {"head_dim", int64_t{16}}, {"scale", 0.6}});
+  t.check(2, 0, kTol);
+}
+
+void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize = true, bool shared = false) {
   OpTester t;
   const int64_t e = 4, d = 32, f = 24;
   int x = t.f32("x", {6, d}, RowDim::kTokens);
@@ -108,10 +158,21 @@ void moe_case(bool swiglu, bool tied_gate, bool dense = false) {
     if (swiglu) in.push_back(t.f32("gate" + std::to_string(i), {f, d}));
     in.push_back(t.f32("down" + std::to_string(i), {d, f}));
   }
+  if (shared) {  // a shared expert of another width, and its [1, D] gate
+    in.push_back(t.f32("s_up", {40, d}));
+    in.push_back(t.f32("s_gate", {40, d}));
+    in.push_back(t.f32("s_down", {d, 40}));
+    in.push_back(t.f32("s_g", {1, d}));
+  }
   // The reference always computes only the chosen experts, so the dense
   // (article) variant is checked against the same oracle.
   t.node(OpKind::kMoe, in,
-         {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}, {"dense", int64_t{dense}}});
+         {{"n_experts", e},
+          {"top_k", int64_t{2}},
+          {"swiglu", int64_t{swiglu}},
+          {"dense", int64_t{dense}},
+          {"renormalize", int64_t{renormalize}},
+          {"shared", int64_t{shared}}});
   t.check(5, 0, kTol);
   t.check(1, 0, kTol, 1);  // decode shape, one thread
 }
@@ -122,6 +183,10 @@ void test_Moe() {
   moe_case(false, true);
   moe_case(false, false, /*dense=*/true);
   moe_case(true, false, /*dense=*/true);
+  moe_case(true, false, false, /*renormalize=*/false);
+  moe_case(true, false, true, /*renormalize=*/false);
+  moe_case(true, false, false, true, /*shared=*/true);
+  moe_case(true, false, true, false, /*shared=*/true);
 }
 
 void test_GatherRows() {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "frontend/checkpoint/hf_config.h"
@@ -27,23 +29,61 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     norm(p + "attn_norm");
-    t.push_back({p + "attn.wq.weight", {q, d}, InitKind::kLinear});
-    t.push_back({p + "attn.wk.weight", {kv, d}, InitKind::kLinear});
-    t.push_back({p + "attn.wv.weight", {kv, d}, InitKind::kLinear});
+    for (const auto& [w, rows] : {std::pair{"q", q}, std::pair{"k", kv}, std::pair{"v", kv}}) {
+      t.push_back({p + "attn.w" + w + ".weight", {rows, d}, InitKind::kLinear});
+      if (c.qkv_bias) t.push_back({p + "attn.w" + w + ".bias", {rows}, InitKind::kNormBias});
+    }
     t.push_back({p + "attn.wo.weight", {d, q}, InitKind::kLinear});
+    if (c.o_bias) t.push_back({p + "attn.wo.bias", {d}, InitKind::kNormBias});
+    if (c.qk_norm != QkNorm::kNone) {
+      const bool per_head = c.qk_norm == QkNorm::kPerHead;
+      t.push_back({p + "attn.q_norm.weight", {per_head ? c.head_dim : q}, InitKind::kNormWeight});
+      t.push_back({p + "attn.k_norm.weight", {per_head ? c.head_dim : kv}, InitKind::kNormWeight});
+    }
     norm(p + "moe_norm");
-    t.push_back({p + "moe.gate.weight", {c.n_experts, d}, InitKind::kLinear});
-    for (int64_t e = 0; e < c.n_experts; ++e) {
+    const int64_t n_exp = c.layer_experts(l), ff = c.layer_d_ff(l);
+    t.push_back({p + "moe.gate.weight", {n_exp, d}, InitKind::kLinear});
+    for (int64_t e = 0; e < n_exp; ++e) {
       const std::string pe = p + "moe.experts." + std::to_string(e) + ".";
-      t.push_back({pe + "w_up.weight", {c.d_ff, d}, InitKind::kLinear});
-      if (c.expert_type == ExpertType::kSwiglu) t.push_back({pe + "w_gate.weight", {c.d_ff, d}, InitKind::kLinear});
-      t.push_back({pe + "w_down.weight", {d, c.d_ff}, InitKind::kLinear});
+      t.push_back({pe + "w_up.weight", {ff, d}, InitKind::kLinear});
+      if (c.expert_type == ExpertType::kSwiglu) t.push_back({pe + "w_gate.weight", {ff, d}, InitKind::kLinear});
+      t.push_back({pe + "w_down.weight", {d, ff}, InitKind::kLinear});
+    }
+    if (c.shared_d_ff > 0 && !c.layer_dense(l)) {
+      const int64_t sf = c.shared_d_ff;
+      t.push_back({p + "moe.shared.w_up.weight", {sf, d}, InitKind::kLinear});
+      t.push_back({p + "moe.shared.w_gate.weight", {sf, d}, InitKind::kLinear});
+      t.push_back({p + "moe.shared.w_down.weight", {d, sf}, InitKind::kLinear});
+      t.push_back({p + "moe.shared_gate.weight", {1, d}, InitKind::kLinear});
     }
   }
   norm("norm");
   t.push_back({"output.weight", {c.vocab_size, d}, InitKind::kLinear});
   return t;
 }
+
+namespace {
+
+// The shard file names model.safetensors.index.json lists (its weight_map
+// values), each a plain file name inside the directory.
+StatusOr<std::vector<std::string>> shard_names(const std::string& index_path) {
+  K3_ASSIGN_OR_RETURN(std::string text, read_text_file(index_path));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    return invalid_argument(index_path + ": not a safetensors index (no weight_map object)");
+  std::set<std::string> names;
+  for (const auto& [tensor, file] : j["weight_map"].items()) {
+    if (!file.is_string()) return invalid_argument(index_path + ": weight_map[\"" + tensor + "\"] must be a file name");
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
+      return invalid_argument(index_path + ": shard \"" + f + "\" must be a file name in the model directory");
+    names.insert(f);
+  }
+  if (names.empty()) return invalid_argument(index_path + ": weight_map lists no shards");
+  return std::vector<std::string>(names.begin(), names.end());
+}
+
+}  // namespace
 
 StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -52,8 +92,26 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
   auto ck = std::shared_ptr<Checkpoint>(new Checkpoint());
   ck->dir_ = dir;
   K3_ASSIGN_OR_RETURN(ck->config_, load_config((fs::path(dir) / "config.json").string()));
-  K3_ASSIGN_OR_RETURN(ck->file_, SafetensorsFile::open((fs::path(dir) / "model.safetensors").string()));
-  const std::string where = ck->file_->path();
+  // One model.safetensors, or the shards a Hugging Face index lists.
+  const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
+  std::string where = single.string();
+  if (!fs::exists(single, ec) && fs::exists(index, ec)) {
+    where = index.string();
+    K3_ASSIGN_OR_RETURN(std::vector<std::string> shards, shard_names(where));
+    for (const std::string& shard : shards) {
+      K3_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open((fs::path(dir) / shard).string()));
+      ck->files_.push_back(std::move(f));
+    }
+  } else {
+    K3_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open(where));
+    ck->files_.push_back(std::move(f));
+  }
+  // Every tensor of every file, by name (a name in two shards is an error).
+  std::map<std::string, std::pair<const SafetensorsFile*, const TensorInfo*>> in_files;
+  for (const auto& f : ck->files_)
+    for (const auto& [name, info] : f->tensors())
+      if (!in_files.emplace(name, std::pair{f.get(), &info}).second)
+        return invalid_argument(where + ": tensor " + name + " is in more than one shard");
 
   const std::vector<TensorSpec> specs = expected_tensors(ck->config_);
   // The name each contract tensor has in the file (Hugging Face checkpoints
@@ -62,7 +120,7 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
   auto file_name = [&](const std::string& k3_name) { return hf ? hf_tensor_name(ck->config_, k3_name) : k3_name; };
   std::set<std::string> wanted;
   for (const TensorSpec& spec : specs) wanted.insert(file_name(spec.name));
-  for (const auto& [name, info] : ck->file_->tensors()) {
+  for (const auto& [name, info] : in_files) {
     if (wanted.count(name) == 0)
       return invalid_argument(where + ": unexpected tensor " + name + " (not in the " +
                               (hf ? ck->config_.hf_family + " layout" : std::string("K3 contract")) +
@@ -84,18 +142,32 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
       ck->owned_.push_back(std::move(zeros));
       continue;
     }
-    const TensorInfo* t = ck->file_->find(fname);
-    if (t == nullptr) return invalid_argument(where + ": missing tensor " + fname);
-    if (t->shape != spec.shape)
+    const auto found = in_files.find(fname);
+    if (found == in_files.end()) return invalid_argument(where + ": missing tensor " + fname);
+    const TensorInfo* t = found->second.second;
+    // Part of a stacked tensor (hf_tensor_slice), or the whole tensor.
+    const std::optional<HfSlice> slice = hf ? hf_tensor_slice(ck->config_, spec.name) : std::nullopt;
+    size_t offset = 0, n = static_cast<size_t>(t->size / ir::dtype_size(t->dtype));
+    if (slice) {
+      const bool fits = t->shape.size() == 3 && spec.shape.size() == 2 && slice->index < t->shape[0] &&
+                        slice->row_begin + spec.shape[0] <= t->shape[1] && t->shape[2] == spec.shape[1];
+      if (!fits)
+        return invalid_argument(
+            where + ": tensor " + fname + " has shape " + ir::shape_to_string(t->shape) + ", too small for entry " +
+            std::to_string(slice->index) + " rows " + std::to_string(slice->row_begin) + ".." +
+            std::to_string(slice->row_begin + spec.shape[0]) + " of " + ir::shape_to_string(spec.shape));
+      offset = static_cast<size_t>((slice->index * t->shape[1] + slice->row_begin) * t->shape[2]);
+      n = static_cast<size_t>(spec.shape[0] * spec.shape[1]);
+    } else if (t->shape != spec.shape) {
       return invalid_argument(where + ": tensor " + fname + " has shape " + ir::shape_to_string(t->shape) +
                               ", expected " + ir::shape_to_string(spec.shape));
+    }
     if (first)
       ck->file_dtype_ = t->dtype;
     else if (ck->file_dtype_ != t->dtype)
       ck->file_dtype_ = ir::DType::kF32;
     first = false;
-    const uint8_t* src = ck->file_->data(*t);
-    const size_t n = static_cast<size_t>(t->size / ir::dtype_size(t->dtype));
+    const uint8_t* src = found->second.first->data(*t) + offset * ir::dtype_size(t->dtype);
     const float* data = nullptr;
     if (t->dtype == ir::DType::kF32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
       data = reinterpret_cast<const float*>(src);

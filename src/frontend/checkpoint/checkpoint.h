@@ -1,4 +1,5 @@
-// A K3 checkpoint directory (config.json + model.safetensors): the tensor
+// A K3 checkpoint directory (config.json + model.safetensors, or Hugging
+// Face shards listed by model.safetensors.index.json): the tensor
 // contract, validated loading, and deterministic random initialization.
 #pragma once
 
@@ -41,7 +42,7 @@ class Checkpoint {
   std::string dir_;
   ModelConfig config_;
   ir::DType file_dtype_ = ir::DType::kF32;
-  std::shared_ptr<SafetensorsFile> file_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;  // one, or the shards of an index
   std::vector<std::unique_ptr<float[]>> owned_;
   std::vector<std::pair<std::string, const float*>> weights_;  // sorted by name
 };

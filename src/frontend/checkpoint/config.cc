@@ -133,6 +133,15 @@ StatusOr<ModelConfig> parse_config(const std::string& text) {
     K3_RETURN_IF_ERROR(read_int(j, "eos_token_id", eos, true));
     c.eos_token_id = eos;
   }
+  // Further end ids (a Hugging Face list, carried into compiled models).
+  if (auto ids = j.find("eos_token_ids"); ids != j.end() && !ids->is_null()) {
+    if (!ids->is_array()) return invalid_argument("config.json: \"eos_token_ids\" must be a list of integers");
+    for (const json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab_size)
+        return invalid_argument("config.json: \"eos_token_ids\" must list ids inside the vocabulary");
+      c.eos_token_ids.push_back(id.get<int64_t>());
+    }
+  }
   K3_RETURN_IF_ERROR(c.validate());
   return c;
 }
@@ -160,6 +169,7 @@ std::string ModelConfig::to_json() const {
   j["norm_type"] = norm_type == NormType::kLayerNorm ? "layernorm" : "rmsnorm";
   j["expert_type"] = expert_type == ExpertType::kGelu ? "gelu" : "swiglu";
   if (eos_token_id) j["eos_token_id"] = *eos_token_id;
+  if (eos_token_ids.size() > 1) j["eos_token_ids"] = eos_token_ids;
   return j.dump(2) + "\n";
 }
 

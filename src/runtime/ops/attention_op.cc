@@ -26,7 +26,9 @@ void run_CachedAttention(const OpCall& c) {
       std::memcpy(row(vc, slot[t], h) + pos[t] * hd, c.in[2].f32() + (t * hkv + h) * hd, static_cast<size_t>(hd) * 4);
     }
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // The scale attr (e.g. Granite's attention_multiplier) or 1/sqrt(hd).
+  const double scale_attr = c.node->attr_float("scale", 0.0);
+  const float scale = scale_attr > 0.0 ? static_cast<float>(scale_attr) : 1.0f / std::sqrt(static_cast<float>(hd));
   c.pool->parallel_for(rows * hq, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t t = i / hq, h = i % hq, g = h / group;

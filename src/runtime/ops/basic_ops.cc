@@ -2,6 +2,7 @@
 //
 // Linear is the bulk of decode time: its output columns (weight rows) are
 // split across threads so each thread streams a disjoint part of W once.
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/ops/fast_ops.h"
@@ -22,14 +23,24 @@ void for_rows(const OpCall& c, int64_t rows, F&& f) {
   }
 }
 
+// Clamps n values in place to [-clip, clip]; clip 0 means none.
+void clip_in_place(float* y, int64_t n, float clip) {
+  if (clip > 0.0f)
+    for (int64_t i = 0; i < n; ++i) y[i] = std::clamp(y[i], -clip, clip);
+}
+
 }  // namespace
 
 void run_Embedding(const OpCall& c) {
   // table [V, D], ids [T] -> [T, D]
   const int64_t d = c.out[0].cols();
-  for (int64_t t = 0; t < c.out[0].rows; ++t)
-    std::memcpy(c.out[0].f32() + t * d, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[t]) * d,
-                static_cast<size_t>(d) * 4);
+  const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
+  for (int64_t t = 0; t < c.out[0].rows; ++t) {
+    float* y = c.out[0].f32() + t * d;
+    std::memcpy(y, c.in[0].f32() + static_cast<int64_t>(c.in[1].i32()[t]) * d, static_cast<size_t>(d) * 4);
+    if (scale != 1.0f)
+      for (int64_t i = 0; i < d; ++i) y[i] *= scale;
+  }
 }
 
 void run_LayerNorm(const OpCall& c) {
@@ -42,10 +53,16 @@ void run_LayerNorm(const OpCall& c) {
 }
 
 void run_RmsNorm(const OpCall& c) {
-  const int64_t d = c.in[0].cols();
+  // Rows of `width` values, normalized in groups of d (d = width unless the
+  // group attr asks for per-head norms): a [T, width] input is T*width/d rows.
+  const int64_t width = c.in[0].cols(), d = c.node->attr_int("group", width);
   const float eps = static_cast<float>(c.node->attr_float("eps"));
-  for_rows(c, c.in[0].rows, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) c.kt->rmsnorm(c.in[0].f32() + t * d, c.in[1].f32(), eps, d, c.out[0].f32() + t * d);
+  const float clip = static_cast<float>(c.node->attr_float("clip", 0.0));
+  for_rows(c, c.in[0].rows * (width / d), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      c.kt->rmsnorm(c.in[0].f32() + t * d, c.in[1].f32(), eps, d, c.out[0].f32() + t * d);
+      clip_in_place(c.out[0].f32() + t * d, d, clip);
+    }
   });
 }
 
@@ -54,11 +71,33 @@ void run_Linear(const OpCall& c) {
   const int64_t m = c.in[0].rows, k = c.in[0].cols(), n = c.in[1].dim(0);
   const float* x = c.in[0].f32();
   float* y = c.out[0].f32();
-  c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) { gemm_weight(c.kt, m, b, e, k, x, k, c.in[1], y, n); });
+  // Optional bias, output scale and clamp, applied to each thread's columns
+  // while they are still in cache.
+  const float* bias = c.node->inputs.size() > 2 ? c.in[2].f32() : nullptr;
+  const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
+  const float clip = static_cast<float>(c.node->attr_float("clip", 0.0));
+  const bool epilogue = bias != nullptr || scale != 1.0f || clip > 0.0f;
+  c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) {
+    gemm_weight(c.kt, m, b, e, k, x, k, c.in[1], y, n);
+    if (!epilogue) return;
+    for (int64_t r = 0; r < m; ++r) {
+      float* yr = y + r * n;
+      for (int64_t j = b; j < e; ++j) yr[j] = (yr[j] + (bias ? bias[j] : 0.0f)) * scale;
+      clip_in_place(yr + b, e - b, clip);
+    }
+  });
 }
 
 void run_Add(const OpCall& c) {
-  c.kt->add(c.in[0].f32(), c.in[1].f32(), c.out[0].rows * c.out[0].cols(), c.out[0].f32());
+  const int64_t n = c.out[0].rows * c.out[0].cols();
+  const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
+  if (scale == 1.0f) {
+    c.kt->add(c.in[0].f32(), c.in[1].f32(), n, c.out[0].f32());
+    return;
+  }
+  const float* a = c.in[0].f32();
+  const float* b = c.in[1].f32();
+  for (int64_t i = 0; i < n; ++i) c.out[0].f32()[i] = a[i] + scale * b[i];
 }
 
 void run_Rope(const OpCall& c) {

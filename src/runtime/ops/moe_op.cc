@@ -19,10 +19,12 @@ namespace {
 
 struct MoeLayout {
   // Offsets into the workspace, each 64-byte aligned.
-  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, total;
+  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, sh_h, sh_g, sh_y, sh_logit, total;
 };
 
-MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool swiglu) {
+// s: the shared expert's hidden width (0: none). Its buffers come last so
+// the routing table's offsets do not depend on it.
+MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool swiglu, int64_t s = 0) {
   MoeLayout l{};
   uint64_t off = 0;
   auto take = [&](uint64_t bytes) {
@@ -42,6 +44,13 @@ MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool
   l.hbuf = take(tk * static_cast<uint64_t>(f) * 4);                    // [T*K, F] hidden
   l.gbuf = swiglu ? take(tk * static_cast<uint64_t>(f) * 4) : l.hbuf;  // [T*K, F] gate branch
   l.ybuf = take(tk * static_cast<uint64_t>(d) * 4);                    // [T*K, D] expert outputs
+  if (s > 0) {
+    const uint64_t rows = static_cast<uint64_t>(t);
+    l.sh_h = take(rows * static_cast<uint64_t>(s) * 4);  // [T, S] shared hidden
+    l.sh_g = take(rows * static_cast<uint64_t>(s) * 4);  // [T, S] shared gate branch
+    l.sh_y = take(rows * static_cast<uint64_t>(d) * 4);  // [T, D] shared output
+    l.sh_logit = take(rows * 4);                         // [T] shared gate logit
+  }
   l.total = off;
   return l;
 }
@@ -83,11 +92,34 @@ void run_dense(const OpCall& c, const float* x, int64_t rows, int64_t d, int64_t
   }
 }
 
+// The shared expert (inputs after the routed experts) over all rows, added
+// to out with weight sigmoid(x . g) per row.
+void run_shared(const OpCall& c, const MoeLayout& l, const float* x, int64_t rows, int64_t d, const TensorArg* w,
+                float* out) {
+  const int64_t s = w[0].dim(0);
+  float* h = at<float>(c.workspace, l.sh_h);
+  float* g = at<float>(c.workspace, l.sh_g);
+  float* y = at<float>(c.workspace, l.sh_y);
+  float* logit = at<float>(c.workspace, l.sh_logit);
+  c.pool->parallel_for(s, 16, [&](int64_t b, int64_t e) {
+    gemm_weight(c.kt, rows, b, e, d, x, d, w[0], h, s);
+    gemm_weight(c.kt, rows, b, e, d, x, d, w[1], g, s);
+    for (int64_t r = 0; r < rows; ++r) c.kt->silu_mul(g + r * s + b, h + r * s + b, e - b, h + r * s + b);
+  });
+  c.pool->parallel_for(d, 16, [&](int64_t b, int64_t e) { gemm_weight(c.kt, rows, b, e, s, h, s, w[2], y, d); });
+  gemm_weight(c.kt, rows, 0, 1, d, x, d, w[3], logit, 1);
+  for (int64_t r = 0; r < rows; ++r) c.kt->axpy(1.0f / (1.0f + std::exp(-logit[r])), y + r * d, d, out + r * d);
+}
+
+int64_t shared_ff(const OpCall& c, int64_t n_exp, int64_t per) {
+  return c.node->attr_int("shared", 0) != 0 ? c.in[2 + n_exp * per].dim(0) : 0;
+}
+
 }  // namespace
 
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,
-                             bool swiglu) {
-  return moe_layout(max_rows, n_experts, top_k, d_model, d_ff, swiglu).total;
+                             bool swiglu, int64_t shared_ff) {
+  return moe_layout(max_rows, n_experts, top_k, d_model, d_ff, swiglu, shared_ff).total;
 }
 
 int64_t moe_active_experts(const OpCall& c) {
@@ -106,7 +138,8 @@ void run_Moe(const OpCall& c) {
   const bool swiglu = c.node->attr_int("swiglu") != 0;
   const int64_t per = swiglu ? 3 : 2;
   const int64_t rows = c.in[0].rows, d = c.in[0].cols(), f = c.in[2].dim(0), max_rows = c.in[0].dim(0);
-  const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu);
+  const bool renormalize = c.node->attr_int("renormalize", 1) != 0;
+  const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu, shared_ff(c, n_exp, per));
   float* logits = at<float>(c.workspace, l.logits);
   int32_t* sel = at<int32_t>(c.workspace, l.sel);
   float* wts = at<float>(c.workspace, l.wts);
@@ -140,11 +173,16 @@ void run_Moe(const OpCall& c) {
     const float mx = lg[sel[t * k]];
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) sum += (wts[t * k + j] = std::exp(lg[sel[t * k + j]] - mx));
+    if (!renormalize) {  // softmax over every expert; the chosen keep their share
+      sum = 0.0f;
+      for (int64_t e = 0; e < n_exp; ++e) sum += std::exp(lg[e] - mx);
+    }
     for (int64_t j = 0; j < k; ++j) wts[t * k + j] /= sum;
   }
 
   if (c.node->attr_int("dense") != 0) {
     run_dense(c, x, rows, d, f, n_exp, k, per, swiglu, sel, wts, hbuf, gbuf, ybuf);
+    if (l.sh_h != 0) run_shared(c, l, x, rows, d, c.in + 2 + n_exp * per, c.out[0].f32());
     return;
   }
 
@@ -197,6 +235,7 @@ void run_Moe(const OpCall& c) {
     for (int64_t j = 0; j < k; ++j)
       c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d, d, o);
   }
+  if (l.sh_h != 0) run_shared(c, l, x, rows, d, c.in + 2 + n_exp * per, out);
   (void)order;
 }
 

@@ -19,16 +19,23 @@ void ref_Embedding(const OpCall& c) {
   const float* table = c.in[0].f32();
   const int32_t* ids = c.in[1].i32();
   const int64_t d = c.out[0].cols();
+  const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
   for (int64_t t = 0; t < c.out[0].rows; ++t)
-    std::memcpy(c.out[0].f32() + t * d, table + static_cast<int64_t>(ids[t]) * d, static_cast<size_t>(d) * 4);
+    for (int64_t i = 0; i < d; ++i) c.out[0].f32()[t * d + i] = table[static_cast<int64_t>(ids[t]) * d + i] * scale;
+}
+
+float clip_to(float v, double clip) {
+  return clip > 0.0 ? static_cast<float>(std::clamp(static_cast<double>(v), -clip, clip)) : v;
 }
 
 void ref_norm(const OpCall& c, bool layer_norm) {
-  const int64_t d = c.in[0].cols();
+  // Each row is `groups` independent groups of d values (RmsNorm's group attr).
+  const int64_t width = c.in[0].cols(), d = layer_norm ? width : c.node->attr_int("group", width);
   const float eps = static_cast<float>(c.node->attr_float("eps"));
+  const double clip = c.node->attr_float("clip", 0.0);
   const float* w = c.in[1].f32();
   const float* b = layer_norm ? c.in[2].f32() : nullptr;
-  for (int64_t t = 0; t < c.in[0].rows; ++t) {
+  for (int64_t t = 0; t < c.in[0].rows * (width / d); ++t) {
     const float* x = c.in[0].f32() + t * d;
     float* y = c.out[0].f32() + t * d;
     double mean = 0.0, var = 0.0;
@@ -39,7 +46,8 @@ void ref_norm(const OpCall& c, bool layer_norm) {
     for (int64_t i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
     var /= static_cast<double>(d);
     const double inv = 1.0 / std::sqrt(var + eps);
-    for (int64_t i = 0; i < d; ++i) y[i] = static_cast<float>((x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0));
+    for (int64_t i = 0; i < d; ++i)
+      y[i] = clip_to(static_cast<float>((x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0)), clip);
   }
 }
 
@@ -83,12 +91,20 @@ WeightF32 weight_f32(const TensorArg& w) {
 }
 
 void ref_Linear(const OpCall& c) {
-  linear_rows(c.in[0].f32(), c.in[0].rows, c.in[0].cols(), weight_f32(c.in[1]).data, c.in[1].dim(0), c.out[0].f32());
+  const int64_t n = c.in[1].dim(0);
+  float* y = c.out[0].f32();
+  linear_rows(c.in[0].f32(), c.in[0].rows, c.in[0].cols(), weight_f32(c.in[1]).data, n, y);
+  const float* bias = c.node->inputs.size() > 2 ? c.in[2].f32() : nullptr;
+  const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
+  const double clip = c.node->attr_float("clip", 0.0);
+  for (int64_t t = 0; t < c.in[0].rows; ++t)
+    for (int64_t j = 0; j < n; ++j) y[t * n + j] = clip_to((y[t * n + j] + (bias ? bias[j] : 0.0f)) * scale, clip);
 }
 
 void ref_Add(const OpCall& c) {
   const int64_t n = c.out[0].rows * c.out[0].cols();
-  for (int64_t i = 0; i < n; ++i) c.out[0].f32()[i] = c.in[0].f32()[i] + c.in[1].f32()[i];
+  const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
+  for (int64_t i = 0; i < n; ++i) c.out[0].f32()[i] = c.in[0].f32()[i] + scale * c.in[1].f32()[i];
 }
 
 void ref_Rope(const OpCall& c) {
@@ -123,7 +139,7 @@ void ref_CachedAttention(const OpCall& c) {
       std::memcpy(at(kc, s, h, p), c.in[1].f32() + t * hkv * hd + h * hd, static_cast<size_t>(hd) * 4);
       std::memcpy(at(vc, s, h, p), c.in[2].f32() + t * hkv * hd + h * hd, static_cast<size_t>(hd) * 4);
     }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const double scale = c.node->attr_float("scale", 1.0 / std::sqrt(static_cast<double>(hd)));
   for (int64_t t = 0; t < rows; ++t) {
     const int64_t s = c.in[4].i32()[t], p = c.in[3].i32()[t];
     for (int64_t h = 0; h < hq; ++h) {
@@ -153,6 +169,7 @@ void ref_CachedAttention(const OpCall& c) {
 void ref_Moe(const OpCall& c) {
   const int64_t n_exp = c.node->attr_int("n_experts"), top_k = c.node->attr_int("top_k");
   const bool swiglu = c.node->attr_int("swiglu") != 0;
+  const bool renormalize = c.node->attr_int("renormalize", 1) != 0, shared = c.node->attr_int("shared", 0) != 0;
   const int64_t per = swiglu ? 3 : 2, d = c.in[0].cols(), f = c.in[2].dim(0);
   std::vector<float> logits(static_cast<size_t>(n_exp)), h(static_cast<size_t>(f)), g(static_cast<size_t>(f)),
       y(static_cast<size_t>(d));
@@ -163,8 +180,10 @@ void ref_Moe(const OpCall& c) {
     std::vector<int64_t> order(static_cast<size_t>(n_exp));
     for (int64_t e = 0; e < n_exp; ++e) order[static_cast<size_t>(e)] = e;
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+    // Softmax over the chosen experts, or over all of them (renormalize 0).
     double mx = logits[static_cast<size_t>(order[0])], sum = 0.0;
-    for (int64_t j = 0; j < top_k; ++j) sum += std::exp(static_cast<double>(logits[static_cast<size_t>(order[j])]) - mx);
+    for (int64_t j = 0; j < (renormalize ? top_k : n_exp); ++j)
+      sum += std::exp(static_cast<double>(logits[static_cast<size_t>(order[j])]) - mx);
     float* out = c.out[0].f32() + t * d;
     std::vector<double> acc(static_cast<size_t>(d), 0.0);
     for (int64_t j = 0; j < top_k; ++j) {
@@ -180,6 +199,21 @@ void ref_Moe(const OpCall& c) {
       }
       linear_rows(h.data(), 1, f, weight_f32(w[per - 1]).data, d, y.data());
       for (int64_t i = 0; i < d; ++i) acc[i] += wgt * y[i];
+    }
+    if (shared) {
+      // SwiGLU shared expert, weighted by sigmoid of its own [1, D] gate.
+      const TensorArg* w = c.in + 2 + n_exp * per;
+      const int64_t s = w[0].dim(0);
+      std::vector<float> hs(static_cast<size_t>(s)), gs(static_cast<size_t>(s));
+      float gate_logit = 0.0f;
+      linear_rows(x, 1, d, weight_f32(w[0]).data, s, hs.data());
+      linear_rows(x, 1, d, weight_f32(w[1]).data, s, gs.data());
+      for (int64_t i = 0; i < s; ++i)
+        hs[i] = static_cast<float>(gs[i] / (1.0 + std::exp(-static_cast<double>(gs[i]))) * hs[i]);
+      linear_rows(hs.data(), 1, s, weight_f32(w[2]).data, d, y.data());
+      linear_rows(x, 1, d, weight_f32(w[3]).data, 1, &gate_logit);
+      const double sig = 1.0 / (1.0 + std::exp(-static_cast<double>(gate_logit)));
+      for (int64_t i = 0; i < d; ++i) acc[i] += sig * y[i];
     }
     for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(acc[i]);
   }
