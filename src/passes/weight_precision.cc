@@ -16,7 +16,8 @@
 //   - only weight values (constants) are converted, never activations;
 //   - only f32 weights (a weight already in another dtype is left alone);
 //   - int8 only for matrices whose rows are whole blocks (K % 32 == 0);
-//     others stay f32 (counted in stats as matched but not applied);
+//     others stay f32 (counted in stats as matched but not applied), and a
+//     MoE stays f32 unless all its expert matrices qualify (one dtype per MoE);
 //   - the MoE gate stays f32: it decides which experts run by comparing
 //     logits, and rounding could flip a choice (a discrete change in the
 //     output) for 16 KiB per layer of savings;
@@ -75,6 +76,14 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
       n.inputs[1] = convert(n.inputs[1]);
     } else if (n.op == ir::OpKind::kMoe) {
       ++stats_.matched;
+      // One precision per MoE (its shape rule wants the experts' matrices in
+      // one dtype): int8 only when every expert matrix is whole blocks.
+      bool all_blocks = true;
+      for (size_t i = 2; i < n.inputs.size(); ++i) {
+        const ir::Value& v = g.value(n.inputs[i]);
+        if (v.shape.size() != 2 || v.shape[1] % ir::kQ8Block != 0) all_blocks = false;
+      }
+      if (int8 && !all_blocks) continue;
       for (size_t i = 2; i < n.inputs.size(); ++i) n.inputs[i] = convert(n.inputs[i]);
     }
   }

@@ -138,6 +138,25 @@ TEST(WeightPrecision, Int8QuantizesWholeBlockMatricesOnly) {
   EXPECT_FALSE(*again);
 }
 
+TEST(WeightPrecision, Int8MustNotSplitAMoeAcrossDtypes) {
+  // Experts of width 48: up [48, 32] quantizes, down [32, 48] does not, so
+  // the whole MoE stays f32 rather than mixing dtypes.
+  ir::Graph g;
+  const float* w = weights().data();
+  const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
+  std::vector<int> moe_in{x, g.add_weight("gate", DType::kF32, {2, 32}, w)};
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {48, 32}, w + 100 * e));
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {32, 48}, w + 100 * e + 50));
+  }
+  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+  auto changed = WeightPrecision("int8").run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_FALSE(*changed);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kF32) << i;
+  ASSERT_TRUE(g.verify().ok());
+}
+
 TEST(WeightPrecision, MustNotConvertGate) {
   ir::Graph g = small_graph();
   ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());

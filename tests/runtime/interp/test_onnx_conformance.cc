@@ -187,6 +187,8 @@ double as_double(const Tensor& t, int64_t i) {
     case DType::kU8:
     case DType::kBool:
       return t.data<uint8_t>()[i];
+    case DType::kQ8:  // compiler weight format, never an ONNX tensor
+      return 0;
   }
   return 0;
 }
