@@ -108,36 +108,29 @@ def test_bad_compile_flags(k3, checkpoints, tmp_path, flags, needle):
     assert not (tmp_path / "x.k3m").exists()
 
 
-def test_bf16_halves_the_weights_read(k3, checkpoints, tmp_path):
-    """--precision bf16 stores Linear and expert matrices in bf16: the file and
-    the bytes a decode step reads shrink to about half; generation still runs
-    (its quality against fp32 is measured by the precision tests in C++)."""
-    f32, bf16 = tmp_path / "f32.k3m", tmp_path / "bf16.k3m"
+@pytest.mark.parametrize(
+    "precision,file_ratio,read_ratio",
+    [
+        # bf16: 2 bytes per matrix weight instead of 4.
+        ("bf16", (0.45, 0.62), (0.45, 0.6)),
+        # int8: blocks of 32 int8 + an f32 scale, 1.125 bytes per weight; the
+        # f32 embedding table, gates and norms stay.
+        ("int8", (0.25, 0.45), (0.27, 0.36)),
+    ],
+)
+def test_precision_shrinks_the_weights_read(k3, checkpoints, tmp_path, precision, file_ratio, read_ratio):
+    """--precision stores Linear and expert matrices in fewer bytes: the file
+    and the bytes a decode step reads shrink accordingly and generation still
+    runs (its quality against fp32 is measured below and in C++)."""
+    f32, low = tmp_path / "f32.k3m", tmp_path / f"{precision}.k3m"
     compile_model(k3, checkpoints["k3-small"], f32)
-    compile_model(k3, checkpoints["k3-small"], bf16, "--precision", "bf16")
-    ratio = bf16.stat().st_size / f32.stat().st_size
-    assert 0.45 < ratio < 0.62, ratio
+    compile_model(k3, checkpoints["k3-small"], low, "--precision", precision)
+    ratio = low.stat().st_size / f32.stat().st_size
+    assert file_ratio[0] < ratio < file_ratio[1], ratio
     a = k3.generate(f32, [PROMPT], max_new_tokens=4, temperature=0)
-    b = k3.generate(bf16, [PROMPT], max_new_tokens=4, temperature=0)
+    b = k3.generate(low, [PROMPT], max_new_tokens=4, temperature=0)
     wb = b["weight_bytes_per_token"] / a["weight_bytes_per_token"]
-    assert 0.45 < wb < 0.6, wb
-    assert len(b["generated_ids"][0]) == 4
-
-
-def test_int8_quarters_the_weights_read(k3, checkpoints, tmp_path):
-    """--precision int8 stores Linear and expert matrices as int8 blocks of 32
-    with an f32 scale: 1.125 bytes per weight instead of 4, so the file and
-    the bytes a decode step reads shrink to a bit over a quarter (the f32
-    embedding table, gates and norms stay)."""
-    f32, q8 = tmp_path / "f32.k3m", tmp_path / "q8.k3m"
-    compile_model(k3, checkpoints["k3-small"], f32)
-    compile_model(k3, checkpoints["k3-small"], q8, "--precision", "int8")
-    ratio = q8.stat().st_size / f32.stat().st_size
-    assert 0.25 < ratio < 0.45, ratio
-    a = k3.generate(f32, [PROMPT], max_new_tokens=4, temperature=0)
-    b = k3.generate(q8, [PROMPT], max_new_tokens=4, temperature=0)
-    wb = b["weight_bytes_per_token"] / a["weight_bytes_per_token"]
-    assert 0.27 < wb < 0.36, wb
+    assert read_ratio[0] < wb < read_ratio[1], wb
     assert len(b["generated_ids"][0]) == 4
 
 
