@@ -45,7 +45,7 @@ FAMILIES = {
 }
 
 
-def build(kind: str, path: Path, shard: str | None = None, **overrides) -> Path:
+def build(kind: str, path: Path, shard: str | None = None, fused: bool = False, **overrides) -> Path:
     torch.manual_seed(0)
     cfg_cls, model_cls, defaults = FAMILIES[kind]
     cfg = getattr(transformers, cfg_cls)(**{**COMMON, **defaults, **overrides})
@@ -61,7 +61,10 @@ def build(kind: str, path: Path, shard: str | None = None, **overrides) -> Path:
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.copy_(torch.randn_like(p) * 0.3 + (1.0 if "norm" in name else 0.0))
-    model.eval().save_pretrained(path, **({"max_shard_size": shard} if shard else {}))
+    # fused: the experts as transformers 5 holds them (3-D gate_up_proj and
+    # down_proj) instead of the per-expert tensors it saves by default.
+    kwargs = {**({"max_shard_size": shard} if shard else {}), **({"save_original_format": False} if fused else {})}
+    model.eval().save_pretrained(path, **kwargs)
     return path
 
 
@@ -129,6 +132,31 @@ def test_hf_family_matches_transformers(k3: K3Runner, tmp_path, case):
     out = tmp_path / "m.k3m"
     assert k3.run("compile", path, "--out", out).returncode == 0
     assert k3.generate_ids(out, [PROMPT], max_new_tokens=STEPS, temperature=0) == [want_ids]
+
+
+FUSED_CASES = ["mixtral", "qwen3_moe-step2", "qwen2_moe-nonorm-dense0", "olmoe"]
+
+
+@pytest.mark.parametrize("case", FUSED_CASES)
+def test_fused_expert_layout_matches_transformers(k3: K3Runner, tmp_path, case):
+    """Experts stored fused (mlp.experts.gate_up_proj [E, 2F, D], down_proj
+    [E, D, F]) load as slices: the same tokens and logits as transformers,
+    dense layers of sparse-step models included."""
+    kind, overrides = CASES[case]
+    path = build(kind, tmp_path / case, fused=True, **overrides)
+    from safetensors import safe_open
+
+    with safe_open(str(path / "model.safetensors"), "np") as f:
+        names = list(f.keys())
+    assert any(n.endswith("mlp.experts.gate_up_proj") for n in names), names[:8]
+    assert not any(".experts.0." in n for n in names)
+    want_ids, want_logits = hf_greedy(path)
+    dump = tmp_path / "logits.npy"
+    res = k3.run("generate", "--model", path, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", STEPS,
+                 "--temp", 0, "--dump-logits", dump, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["generated_ids"] == [want_ids]
+    np.testing.assert_allclose(np.load(dump)[0], want_logits, rtol=1e-4, atol=1e-4)
 
 
 def test_sharded_checkpoint_matches_transformers(k3: K3Runner, tmp_path):

@@ -113,6 +113,11 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
       if (!in_files.emplace(name, std::pair{f.get(), &info}).second)
         return invalid_argument(where + ": tensor " + name + " is in more than one shard");
 
+  // Per-expert tensors or the fused 3-D layout: whichever the file has.
+  if (!ck->config_.hf_family.empty())
+    for (const auto& entry : in_files)
+      if (entry.first.ends_with(".mlp.experts.gate_up_proj")) ck->config_.hf_fused_experts = true;
+
   const std::vector<TensorSpec> specs = expected_tensors(ck->config_);
   // The name each contract tensor has in the file (Hugging Face checkpoints
   // use their own; "" = not in the file, see hf_tensor_name).

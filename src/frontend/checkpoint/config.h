@@ -41,6 +41,11 @@ struct ModelConfig {
   // the embedding table. Not part of K3's config.json.
   std::string hf_family;
   bool tie_embeddings = false;
+  // The experts of each routed layer are stored fused, as transformers 5
+  // holds them in memory (save_pretrained(..., save_original_format=False)):
+  // mlp.experts.gate_up_proj [E, 2F, D] and mlp.experts.down_proj [E, D, F].
+  // Decided by Checkpoint::load from the tensors present.
+  bool hf_fused_experts = false;
   // Hugging Face family features (hf_config.cc says which family sets
   // which); K3's own configs keep these defaults, which change nothing.
   bool qkv_bias = false;  // q/k/v projections have biases (Qwen2)

@@ -296,11 +296,15 @@ std::string hf_tensor_name(const ModelConfig& c, const std::string& n) {
       mixtral || c.hf_family == "qwen2_moe" || c.hf_family == "qwen3_moe" || c.hf_family == "olmoe";
   const bool routed_layer = routed_family && !c.layer_dense(std::stoll(m[1].str()));
   if (rest == "moe.gate.weight")
-    return !routed_layer ? "" : mixtral ? p + "block_sparse_moe.gate.weight" : p + "mlp.gate.weight";
+    return !routed_layer                          ? ""
+           : mixtral && !c.hf_fused_experts ? p + "block_sparse_moe.gate.weight"
+                                                  : p + "mlp.gate.weight";
   static const std::regex expert(R"(moe\.experts\.(\d+)\.w_(up|gate|down)\.weight)");
   if (std::smatch e; std::regex_match(rest, e, expert)) {
     const std::string which = e[2].str();
     if (!routed_layer) return p + "mlp." + which + "_proj.weight";
+    // Fused layout: slices of two 3-D tensors (hf_tensor_slice).
+    if (c.hf_fused_experts) return p + "mlp.experts." + (which == "down" ? "down_proj" : "gate_up_proj");
     if (!mixtral) return p + "mlp.experts." + e[1].str() + "." + which + "_proj.weight";
     // Mixtral: w1 = gate, w3 = up, w2 = down.
     const char* w = which == "gate" ? "w1" : which == "up" ? "w3" : "w2";
@@ -310,13 +314,16 @@ std::string hf_tensor_name(const ModelConfig& c, const std::string& n) {
 }
 
 std::optional<HfSlice> hf_tensor_slice(const ModelConfig& c, const std::string& n) {
-  if (c.hf_family != "granitemoe") return std::nullopt;
-  static const std::regex stacked(R"(layers\.\d+\.moe\.experts\.(\d+)\.w_(up|gate|down)\.weight)");
+  if (c.hf_family != "granitemoe" && !c.hf_fused_experts) return std::nullopt;
+  static const std::regex stacked(R"(layers\.(\d+)\.moe\.experts\.(\d+)\.w_(up|gate|down)\.weight)");
   std::smatch m;
   if (!std::regex_match(n, m, stacked)) return std::nullopt;
-  // input_linear [E, 2F, D]: rows [0, F) gate, [F, 2F) up (transformers
-  // chunks gate first); output_linear [E, D, F].
-  return HfSlice{std::stoll(m[1].str()), m[2].str() == "up" ? c.d_ff : 0};
+  // A dense layer of a sparse-step model is a plain MLP even in a fused file.
+  if (c.hf_family != "granitemoe" && c.layer_dense(std::stoll(m[1].str()))) return std::nullopt;
+  // Granite's input_linear and the fused gate_up_proj, both [E, 2F, D]: rows
+  // [0, F) gate, [F, 2F) up (transformers chunks gate first); output_linear
+  // and down_proj [E, D, F].
+  return HfSlice{std::stoll(m[2].str()), m[3].str() == "up" ? c.d_ff : 0};
 }
 
 }  // namespace k3
