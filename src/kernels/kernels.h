@@ -14,6 +14,9 @@ namespace k3::kernels {
 
 enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
+// Largest K gemm_nt_q8 takes (its quantized activations live on the stack).
+inline constexpr int64_t kQ8MaxK = 32768;
+
 std::string_view isa_name(Isa isa);
 
 struct KernelTable {
@@ -38,11 +41,13 @@ struct KernelTable {
 
   // gemm_nt with W in the compiler's int8 format (ir::DType::kQ8): row n of
   // W is K int8 values then K/32 f32 scales (ldw is implied: q8_row_bytes(K)
-  // bytes per row; K % 32 == 0). C = sum over blocks of scale * (A . q) in
-  // f32: the scale multiplies each block's partial sum, so the result equals
-  // gemm_nt on the dequantized weights up to rounding (not bit for bit).
-  // Same contract: each element's summation order is fixed, whatever M, n0,
-  // n1 are. A quarter of the f32 bytes of W (plus 1/8 for the scales).
+  // bytes per row; K % 32 == 0, K <= kQ8MaxK). The activations are rounded to
+  // int16 per block of 32 of a row (scale = max|a| / 32767, q = round-to-
+  // nearest-even(a * (32767 / max|a|))), each block's dot product is exact in
+  // integers, and C = sum over blocks of (w_scale * a_scale) * dot in f32.
+  // The activation rounding (<= 2^-16 of the block's largest value) is far
+  // below the weights' (2^-8): W8A16. Same contract as gemm_nt: each
+  // element's summation order is fixed, whatever M, n0, n1 are.
   void (*gemm_nt_q8)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc);
 

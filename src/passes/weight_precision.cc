@@ -8,14 +8,15 @@
 // bf16: f32 -> bf16 rounds to nearest even. The kernels widen bf16 exactly
 // and accumulate in f32, so the only error is the rounding of the weights.
 // int8: symmetric absmax quantization per block of 32 weights of a row with
-// an f32 scale (util/quant.h; llama.cpp's Q8_0 grouping). Weight-only:
-// activations stay f32 and the kernels dequantize in registers, because
-// decode at small batch is bound by reading weights, not by arithmetic.
+// an f32 scale (util/quant.h; llama.cpp's Q8_0 grouping). The kernels round
+// activations to int16 per block (kernels.h, gemm_nt_q8) for exact integer
+// dot products: W8A16, the weights' rounding dominates.
 //
 // Guards (each has a must-not-convert test in tests/passes/test_weight_precision.cc):
 //   - only weight values (constants) are converted, never activations;
 //   - only f32 weights (a weight already in another dtype is left alone);
-//   - int8 only for matrices whose rows are whole blocks (K % 32 == 0);
+//   - int8 only for matrices whose rows are whole blocks (K % 32 == 0) of
+//     at most kernels::kQ8MaxK;
 //     others stay f32 (counted in stats as matched but not applied), and a
 //     MoE stays f32 unless all its expert matrices qualify (one dtype per MoE);
 //   - the MoE gate stays f32: it decides which experts run by comparing
@@ -31,11 +32,20 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "passes/graph_edit.h"
 #include "util/half.h"
 #include "util/quant.h"
 
 namespace k3::passes {
+namespace {
+
+// A matrix the int8 kernel takes: rows of whole 32-blocks, K <= kQ8MaxK.
+bool q8_ok(const ir::Value& v) {
+  return v.shape.size() == 2 && v.shape[1] % ir::kQ8Block == 0 && v.shape[1] <= kernels::kQ8MaxK;
+}
+
+}  // namespace
 
 StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   if (precision_ == "fp32") return false;
@@ -46,7 +56,7 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   auto convert = [&](int id) -> int {
     const ir::Value& v = g.value(id);
     if (v.kind != ir::ValueKind::kWeight || v.dtype != ir::DType::kF32) return id;
-    if (int8 && (v.shape.size() != 2 || v.shape[1] % ir::kQ8Block != 0)) return id;
+    if (int8 && !q8_ok(v)) return id;
     if (converted[static_cast<size_t>(id)] >= 0) return converted[static_cast<size_t>(id)];
     const auto n = static_cast<size_t>(v.numel());
     const auto* src = static_cast<const float*>(v.data);
@@ -79,10 +89,7 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
       // One precision per MoE (its shape rule wants the experts' matrices in
       // one dtype): int8 only when every expert matrix is whole blocks.
       bool all_blocks = true;
-      for (size_t i = 2; i < n.inputs.size(); ++i) {
-        const ir::Value& v = g.value(n.inputs[i]);
-        if (v.shape.size() != 2 || v.shape[1] % ir::kQ8Block != 0) all_blocks = false;
-      }
+      for (size_t i = 2; i < n.inputs.size(); ++i) all_blocks = all_blocks && q8_ok(g.value(n.inputs[i]));
       if (int8 && !all_blocks) continue;
       for (size_t i = 2; i < n.inputs.size(); ++i) n.inputs[i] = convert(n.inputs[i]);
     }

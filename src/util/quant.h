@@ -46,4 +46,20 @@ inline void dequantize_q8_row(const uint8_t* src, int64_t k_dim, float* dst) {
   for (int64_t k = 0; k < k_dim; ++k) dst[k] = q8_weight(src, k_dim, k);
 }
 
+// The kernels' rounding of one activation row to int16 per block of 32
+// (kernels.h, gemm_nt_q8): scale = max|a| / 32767, q = round-to-nearest-even
+// (a * (32767 / max|a|)); an all-zero block has scale 0. The SIMD tables do
+// the same float operations, so the integers agree exactly.
+inline void quantize_a16_row(const float* a, int64_t k_dim, int16_t* q, float* scales) {
+  for (int64_t b = 0; b < k_dim / ir::kQ8Block; ++b) {
+    const float* x = a + b * ir::kQ8Block;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < ir::kQ8Block; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    scales[b] = amax / 32767.0f;
+    for (int64_t i = 0; i < ir::kQ8Block; ++i)
+      q[b * ir::kQ8Block + i] = static_cast<int16_t>(std::nearbyint(x[i] * inv));
+  }
+}
+
 }  // namespace k3

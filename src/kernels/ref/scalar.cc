@@ -3,6 +3,7 @@
 // speed: plain loops, float arithmetic (double only for the norms' long
 // sums), one element at a time.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "util/half.h"
@@ -38,16 +39,29 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
   }
 }
 
-// gemm_nt with W in the int8 block format (kernels.h): each weight is
-// float(q) * scale, then the same sequential sum.
+// gemm_nt with W in the int8 block format (kernels.h): activations rounded
+// to int16 per block of 32 exactly as the SIMD tables do, integer block dot
+// products, scaled and summed in f32 block by block.
 void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
                 int64_t ldc) {
   const auto row_bytes = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  // Stack buffers: this table is also the fallback on CPUs without AVX2,
+  // where decode must not allocate either.
+  int16_t qa[kQ8MaxK];
+  float qs[kQ8MaxK / ir::kQ8Block];
   for (int64_t m = 0; m < M; ++m) {
+    quantize_a16_row(A + m * lda, K, qa, qs);
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* row = W + n * row_bytes;
       float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc += A[m * lda + k] * q8_weight(row, K, k);
+      for (int64_t b = 0; b < K / ir::kQ8Block; ++b) {
+        int32_t dot = 0;
+        for (int64_t i = b * ir::kQ8Block; i < (b + 1) * ir::kQ8Block; ++i)
+          dot += static_cast<int32_t>(static_cast<int8_t>(row[i])) * qa[i];
+        float sw;
+        std::memcpy(&sw, row + K + b * 4, 4);
+        acc += sw * qs[b] * static_cast<float>(dot);
+      }
       C[m * ldc + n] = acc;
     }
   }

@@ -198,119 +198,175 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
 
 // ---- gemm_nt_q8 ------------------------------------------------------------
 
-// gemm_nt over int8 weight rows (K int8, then K/32 f32 scales; K % 32 == 0).
-// Per element, per block of 32 weights b with scale s_b, in this order:
-//   e = a[0:8] * q[0:8];  o = a[8:16] * q[8:16]
-//   e = fma(a[16:24], q[16:24], e);  o = fma(a[24:32], q[24:32], o)
-//   acc = fma(s_b, e + o, acc)          (q converted exactly to f32)
-// and C = hsum(acc). The scale multiplies a block's partial sum, not each
-// weight (one FMA per 32 weights instead of a multiply per 8), and e/o are
-// two short chains restarted every block, so the FMA units are never waiting
-// on one long accumulation: at batch 1 each weight byte costs about one
-// convert and one FMA, which keeps this at memory speed instead of compute
-// bound. The sequence depends on nothing but K, so results are identical for
-// any M, tile and column split (the gemm_nt contract).
-inline __m256 load_q8(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m256 q8_scale(const uint8_t* row, int64_t K, int64_t k0) {
-  float s;  // memcpy: the scales sit at any 4-byte offset; keep it UB-free
-  __builtin_memcpy(&s, row + K + k0 / 32 * 4, 4);
-  return _mm256_set1_ps(s);
-}
-// One block of one (A row, W row) pair; a[0..3] and w[0..3] are its four 8-wide parts.
-inline __m256 q8_block(const __m256* a, const __m256* w, __m256 scale, __m256 acc) {
-  __m256 e = _mm256_mul_ps(a[0], w[0]);
-  __m256 o = _mm256_mul_ps(a[1], w[1]);
-  e = _mm256_fmadd_ps(a[2], w[2], e);
-  o = _mm256_fmadd_ps(a[3], w[3], o);
-  return _mm256_fmadd_ps(scale, _mm256_add_ps(e, o), acc);
+// int8 weights (rows: K int8, then K/32 f32 scales; K % 32 == 0) against
+// activations rounded to int16 per block of 32 (kernels.h has the exact
+// semantics). Per block, one W row and one A row:
+//   p = madd16(w[0:16], a[0:16]) + madd16(w[16:32], a[16:32])   (8 int32 lanes, exact)
+//   acc = fma(w_scale * a_scale, float(p), acc)
+// and C = hsum(acc). Integer multiply-adds replace the per-weight convert
+// and multiply of a float path, so a weight byte costs about a quarter of an
+// instruction: batch-1 decode is bound by memory again, not by conversions.
+// Each lane sums 4 products of at most 127 * 32767, below 2^24, so the
+// conversion to float is exact. Nothing depends on M, the tile or the column
+// split (the gemm_nt contract).
+
+// One row of A quantized: qa[K] int16 and qs[K/32] f32 scales.
+void quantize_row_a(const float* a, int64_t K, int16_t* qa, float* qs) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t k0 = 0; k0 < K; k0 += 32) {
+    __m256 x[4];
+    for (int s = 0; s < 4; ++s) x[s] = _mm256_loadu_ps(a + k0 + s * kW);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x[0]), _mm256_andnot_ps(sign, x[1])),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, x[2]), _mm256_andnot_ps(sign, x[3])));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    qs[k0 / 32] = amax / 32767.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    // cvtps rounds to nearest even (the default MXCSR mode), like nearbyint.
+    const __m256i q01 = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[0], vinv)),
+                                           _mm256_cvtps_epi32(_mm256_mul_ps(x[1], vinv)));
+    const __m256i q23 = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[2], vinv)),
+                                           _mm256_cvtps_epi32(_mm256_mul_ps(x[3], vinv)));
+    // packs interleaves 128-bit lanes: restore element order.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qa + k0), _mm256_permute4x64_epi64(q01, 0xD8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qa + k0 + 16), _mm256_permute4x64_epi64(q23, 0xD8));
+  }
 }
 
-// Batch 1: one A row against NR W rows (NR independent streams). The A block
-// is loaded once and shared; each W row's block is converted once.
-// 4 acc + 4 A + 4 W + e/o + scale = 14 ymm at NR = 4.
+inline __m256i load_w16(const uint8_t* p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float load_scale(const uint8_t* p) {
+  float s;  // memcpy: scales may sit at any 4-byte offset; keeps it UB-free
+  __builtin_memcpy(&s, p, 4);
+  return s;
+}
+inline __m256 q8_block(__m256i w0, __m256i w1, __m256i a0, __m256i a1, float scale, __m256 acc) {
+  const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, a0), _mm256_madd_epi16(w1, a1));
+  return _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p), acc);
+}
+
+// One quantized A row against NR W rows (NR independent memory streams).
 template <int NR>
-void q8_gemv_tile(int64_t K, const float* A, const uint8_t* W, int64_t row_bytes, float* C, const uint8_t* prefetch) {
+void q8_gemv_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C,
+                  const uint8_t* prefetch) {
   __m256 acc[NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t k0 = 0; k0 < K; k0 += 32) {
     if (prefetch != nullptr && (k0 & 63) == 0) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j)
         _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
     }
-    __m256 a[4];
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) a[s] = _mm256_loadu_ps(A + k0 + s * kW);
-#pragma GCC unroll 4
+    const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa + k0));
+    const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa + k0 + 16));
+    const float sa = qs[k0 / 32];
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       const uint8_t* row = W + j * row_bytes;
-      __m256 w[4];
-#pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) w[s] = load_q8(row + k0 + s * kW);
-      acc[j] = q8_block(a, w, q8_scale(row, K, k0), acc[j]);
+      acc[j] = q8_block(load_w16(row + k0), load_w16(row + k0 + 16), a0, a1, load_scale(row + K + k0 / 8) * sa, acc[j]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) C[j] = hsum(acc[j]);
 }
 
-// Batches and prefill: MR A rows against one W row, whose block is converted
-// once for all MR rows. 4 W + 4 acc + e/o + A part + scale = 12 ymm at MR = 4.
-template <int MR>
-void q8_tile(int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C, int64_t ldc, const uint8_t* prefetch) {
-  __m256 acc[MR];
+// MR quantized A rows (stride K) against NR W rows; each W block is widened
+// once for all MR rows. 4x2 acc + 4 W + A = 13 ymm.
+template <int MR, int NR>
+void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C, int64_t ldc,
+             const uint8_t* prefetch) {
+  __m256 acc[MR][NR];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
   for (int64_t k0 = 0; k0 < K; k0 += 32) {
-    if (prefetch != nullptr && (k0 & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(prefetch + k0), _MM_HINT_T1);
-    __m256 w[4];
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) w[s] = load_q8(W + k0 + s * kW);
-    const __m256 scale = q8_scale(W, K, k0);
+    if (prefetch != nullptr && (k0 & 63) == 0) {
+#pragma GCC unroll 2
+      for (int j = 0; j < NR; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
+    }
+    __m256i w0[NR], w1[NR];
+    float sw[NR];
+#pragma GCC unroll 2
+    for (int j = 0; j < NR; ++j) {
+      w0[j] = load_w16(W + j * row_bytes + k0);
+      w1[j] = load_w16(W + j * row_bytes + k0 + 16);
+      sw[j] = load_scale(W + j * row_bytes + K + k0 / 8);
+    }
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
-      __m256 a[4];
-#pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) a[s] = _mm256_loadu_ps(A + i * lda + k0 + s * kW);
-      acc[i] = q8_block(a, w, scale, acc[i]);
+      const int16_t* a = qa + i * K + k0;
+      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 16));
+      const float sa = qs[i * (K / 32) + k0 / 32];
+#pragma GCC unroll 2
+      for (int j = 0; j < NR; ++j) acc[i][j] = q8_block(w0[j], w1[j], a0, a1, sw[j] * sa, acc[i][j]);
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) C[i * ldc] = hsum(acc[i]);
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < NR; ++j) C[i * ldc + j] = hsum(acc[i][j]);
 }
 
-constexpr int kQ8Mr = 4;      // A rows per q8_tile
-constexpr int kQ8GemvNr = 4;  // W rows per q8_gemv_tile
+constexpr int kQ8Mr = 4;
+constexpr int kQ8Nr = 2;
+constexpr int kQ8GemvNr = 4;
 
-using Q8TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, float*, int64_t, const uint8_t*);
-constexpr Q8TileFn kQ8Tiles[kQ8Mr] = {q8_tile<1>, q8_tile<2>, q8_tile<3>, q8_tile<4>};
-using Q8GemvFn = void (*)(int64_t, const float*, const uint8_t*, int64_t, float*, const uint8_t*);
+using Q8TileFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t,
+                          const uint8_t*);
+constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
+    {q8_tile<1, 1>, q8_tile<1, 2>},
+    {q8_tile<2, 1>, q8_tile<2, 2>},
+    {q8_tile<3, 1>, q8_tile<3, 2>},
+    {q8_tile<4, 1>, q8_tile<4, 2>},
+};
+using Q8GemvFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, const uint8_t*);
 constexpr Q8GemvFn kQ8Gemv[kQ8GemvNr] = {q8_gemv_tile<1>, q8_gemv_tile<2>, q8_gemv_tile<3>, q8_gemv_tile<4>};
 
-// C[M, n0..n1) = A[M, K] . dequant(W)[n0..n1, K]^T, W rows outside and A
-// rows inside, so each W row is read from memory once per call.
-void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
-                int64_t ldc) {
+}  // namespace
+
+// Rows of A are quantized in chunks into a stack buffer (no allocation, and
+// it stays in L1/L2), then every W row is streamed once per chunk: once per
+// call for decode. A chunk holds at least one row for K <= kQ8MaxK.
+void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                     float* C, int64_t ldc) {
+  alignas(64) int16_t qa[kQ8MaxK];
+  alignas(64) float qs[kQ8MaxK / 32];
   const int64_t rb = K + K / 32 * 4;  // ir::q8_row_bytes (not included: see the top of the file)
-  if (M == 1) {
-    for (int64_t n = n0; n < n1; n += kQ8GemvNr) {
-      const int64_t nr = min64(kQ8GemvNr, n1 - n);
-      const uint8_t* w = W + n * rb;
-      kQ8Gemv[nr - 1](K, A, w, rb, C + n, n + 2 * kQ8GemvNr <= n1 ? w + kQ8GemvNr * rb : nullptr);
+  const int64_t chunk = K == 0 ? M : kQ8MaxK / K;
+  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+    const int64_t rows = min64(chunk, M - m0);
+    for (int64_t i = 0; i < rows; ++i) quantize_row_a(A + (m0 + i) * lda, K, qa + i * K, qs + i * (K / 32));
+    float* c = C + m0 * ldc;
+    if (rows == 1) {
+      for (int64_t n = n0; n < n1; n += kQ8GemvNr) {
+        const int64_t nr = min64(kQ8GemvNr, n1 - n);
+        const uint8_t* w = W + n * rb;
+        kQ8Gemv[nr - 1](K, qa, qs, w, rb, c + n, n + 2 * kQ8GemvNr <= n1 ? w + kQ8GemvNr * rb : nullptr);
+      }
+      continue;
     }
-    return;
-  }
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* w = W + n * rb;
-    for (int64_t m = 0; m < M; m += kQ8Mr) {
-      const int64_t mr = min64(kQ8Mr, M - m);
-      kQ8Tiles[mr - 1](K, A + m * lda, lda, w, C + m * ldc + n, ldc, m == 0 && n + 1 < n1 ? w + rb : nullptr);
+    for (int64_t n = n0; n < n1; n += kQ8Nr) {
+      const int64_t nr = min64(kQ8Nr, n1 - n);
+      const uint8_t* w = W + n * rb;
+      const uint8_t* next = n + 2 * kQ8Nr <= n1 ? w + kQ8Nr * rb : nullptr;
+      for (int64_t m = 0; m < rows; m += kQ8Mr) {
+        const int64_t mr = min64(kQ8Mr, rows - m);
+        kQ8Tiles[mr - 1][nr - 1](K, qa + m * K, qs + m * (K / 32), w, rb, c + m * ldc + n, ldc,
+                                 m == 0 ? next : nullptr);
+      }
     }
   }
 }
+
+namespace {
 
 // ---- element-wise ----------------------------------------------------------
 
@@ -576,7 +632,7 @@ constexpr KernelTable kTable = {
     .isa = Isa::kAvx2,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
-    .gemm_nt_q8 = gemm_nt_q8,
+    .gemm_nt_q8 = gemm_nt_q8_avx2,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

@@ -11,4 +11,8 @@ namespace k3::kernels {
 const KernelTable& avx2_table();    // defined in x86/avx2.cc   (AVX2 + FMA)
 const KernelTable& avx512_table();  // defined in x86/avx512.cc (AVX-512 F/BW/DQ/VL)
 
+// The int8 GEMM of the AVX2 table (x86/avx2.cc), also used by the AVX-512 one.
+void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                     float* C, int64_t ldc);
+
 }  // namespace k3::kernels
