@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "compiled/k3m.h"
 #include "profile/profiler.h"
 #include "profile/sysinfo.h"
 #include "profile/trace.h"
@@ -58,7 +59,18 @@ int run_profile(const ProfileFlags& f) {
   po.warmup = f.warmup;
   po.counters = !f.no_counters;
 
-  auto cfg = load_config(f.model + "/config.json");
+  // The config: inside a .k3m (header and metadata only: the engine below
+  // verifies the weights), or the checkpoint's config.json.
+  StatusOr<ModelConfig> cfg = invalid_argument("no model");
+  if (is_k3m_file(f.model)) {
+    K3mReadOptions ro;
+    ro.verify_data = false;
+    auto m = read_k3m(f.model, ro);
+    if (!m.ok()) return report(m.status());
+    cfg = m->config;
+  } else {
+    cfg = load_config(f.model + "/config.json");
+  }
   if (!cfg.ok()) return report(cfg.status());
   auto eo = profile::profile_engine_options(po, *cfg);
   if (!eo.ok()) return report(eo.status());
