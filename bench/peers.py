@@ -47,6 +47,10 @@ Engines:
 
 ``--k3-model`` runs K3 on another file of the same weights (e.g. a bf16
 ``.k3m`` from ``k3 compile --precision bf16``) to compare like with like.
+``--precisions fp32,bf16,int8`` does that for each precision in one run:
+K3 on the checkpoint compiled at that precision (``k3 compile --precision``)
+and llama.cpp on the matching GGUF (f32, bf16, q8_0), and the table adds the
+ratio of K3 to each peer row at the same precision.
 
 Peers come from PyPI (onnxruntime, see python/requirements-export.txt);
 nothing is vendored. ``--json`` writes settings, machine and raw per-run
@@ -93,6 +97,8 @@ class EngineResult:
     prefill_s: list[float] = field(default_factory=list)
     decode_s: list[float] = field(default_factory=list)
     generated: list[int] = field(default_factory=list)
+    #: Weight precision of this row (fp32, bf16, int8) when --precisions is used.
+    precision: Optional[str] = None
 
 
 @dataclass
@@ -275,6 +281,34 @@ def run_llama_cpp(gguf_path: Path, gguf_type: str, settings: Settings, prompt: n
     return result
 
 
+# K3 weight precision -> the GGUF type llama.cpp runs for it.
+GGUF_TYPE_OF = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0"}
+
+
+def run_llama_at(
+    model_dir: str, gguf_type: str, settings: Settings, prompt: np.ndarray, workdir: Path
+) -> EngineResult:
+    """Export the checkpoint to GGUF of ``gguf_type`` and run llama.cpp on it."""
+    try:
+        import llama_cpp  # noqa: F401
+
+        from k3ref.export_gguf import export_gguf
+    except ImportError as exc:
+        return EngineResult("llama.cpp", note=f"not run: {exc} (see the docstring to build it)")
+    gguf_path = workdir / f"model.{gguf_type}.gguf"
+    print(f"exporting GGUF ({gguf_type}) ...", file=sys.stderr)
+    try:
+        export_gguf(model_dir, gguf_path, gguf_type)
+    except ValueError as exc:
+        return EngineResult("llama.cpp", note=f"not run: {exc}")
+    print(f"llama.cpp {gguf_type} ...", file=sys.stderr)
+    with OtherLoad() as load:
+        result = run_llama_cpp(gguf_path, gguf_type, settings, prompt)
+    result.other_load_cores = load.cores
+    gguf_path.unlink(missing_ok=True)  # several GB at f32; one at a time
+    return result
+
+
 def run_torch(model: K3Model, settings: Settings, prompt: np.ndarray) -> EngineResult:
     """The k3ref reference model in eager PyTorch."""
     torch.set_num_threads(settings.threads)
@@ -353,9 +387,11 @@ def _ratio(value: Optional[float], base: Optional[float]) -> str:
 def markdown_table(
     rows: Sequence[EngineResult], settings: Settings, machine: dict[str, Any]
 ) -> str:
-    k3 = next((r for r in rows if r.engine == "K3"), None)
+    k3 = next((r for r in rows if r.engine in ("K3", "K3 fp32")), None)
     base_decode = k3.decode_tok_s if k3 else None
     base_prefill = k3.prefill_tok_s if k3 else None
+    # With --precisions: K3 at a row's precision against that row.
+    k3_at = {r.precision: r for r in rows if r.precision and r.engine.startswith("K3")}
     lines = [
         f"Model `{settings.model}`; batch 1, prompt {settings.prompt_len}, "
         f"gen {settings.gen_len} ({settings.decoding}), threads {settings.threads}, "
@@ -367,13 +403,19 @@ def markdown_table(
         " well above 0 = disturbed numbers.)",
         "",
         "| engine | prefill tok/s | decode tok/s | decode ratio vs K3 "
-        "| prefill ratio vs K3 | other load | notes |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| prefill ratio vs K3 | K3 same precision vs it (decode / prefill) | other load | notes |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
+        same = k3_at.get(r.precision) if r.precision and not r.engine.startswith("K3") else None
+        vs = (
+            f"{_ratio(same.decode_tok_s, r.decode_tok_s)} / {_ratio(same.prefill_tok_s, r.prefill_tok_s)}"
+            if same
+            else ""
+        )
         lines.append(
             f"| {r.engine} | {_fmt(r.prefill_tok_s)} | {_fmt(r.decode_tok_s)} | "
-            f"{_ratio(r.decode_tok_s, base_decode)} | {_ratio(r.prefill_tok_s, base_prefill)} | "
+            f"{_ratio(r.decode_tok_s, base_decode)} | {_ratio(r.prefill_tok_s, base_prefill)} | {vs} | "
             f"{_fmt(r.other_load_cores, 2)} | {r.note} |"
         )
     return "\n".join(lines) + "\n"
@@ -407,6 +449,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "--gguf-type", choices=("f32", "bf16", "q8_0"), default="f32", help="weights llama.cpp runs"
     )
     parser.add_argument(
+        "--precisions",
+        default=None,
+        help="comma-separated fp32,bf16,int8: K3 compiled at each and llama.cpp on the matching "
+        "GGUF (f32, bf16, q8_0), one run (replaces --k3-model and --gguf-type)",
+    )
+    parser.add_argument(
         "--k3-bin", default=None, help="k3 binary (default $K3_BIN or build/bin/k3)"
     )
     parser.add_argument(
@@ -426,6 +474,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     engines = {e.strip() for e in args.engines.split(",") if e.strip()}
     if not engines <= {"k3", "k3onnx", "torch", "ort", "llama"}:
         parser.error(f"unknown engine(s) in --engines {args.engines!r}")
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()] if args.precisions else []
+    if not set(precisions) <= set(GGUF_TYPE_OF):
+        parser.error(f"unknown precision(s) in --precisions {args.precisions!r} (fp32, bf16, int8)")
     if min(args.prompt_len, args.gen_len, args.threads, args.repeat) < 1 or args.warmup < 0:
         parser.error("--prompt-len, --gen-len, --threads and --repeat must be >= 1; --warmup >= 0")
     config = load_config(args.model)
@@ -469,7 +520,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 ort_note = f"not run: {exc} (pip install -r python/requirements-export.txt)"
 
         # One engine after another; nothing else of ours runs meanwhile.
-        if "k3" in engines:
+        if "k3" in engines and precisions:
+            binary = k3_binary(args.k3_bin)
+            for prec in precisions:
+                k3m = workdir / f"model.{prec}.k3m"
+                print(f"K3 {prec}: compiling {k3m.name}, then bench ...", file=sys.stderr)
+                built = subprocess.run(
+                    [str(binary), "compile", args.model, "--out", str(k3m), "--precision", prec,
+                     "--input-shape", f"batch=1,ctx={args.prompt_len + args.gen_len}"],
+                    capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+                )
+                if built.returncode != 0:
+                    rows.append(EngineResult(f"K3 {prec}", note=f"not run: {built.stderr.strip()[-300:]}",
+                                             precision=prec))
+                    continue
+                with OtherLoad() as load:
+                    row = run_k3(binary, settings, workdir, str(k3m))[-1]
+                row.engine, row.precision, row.other_load_cores = f"K3 {prec}", prec, load.cores
+                row.note += f" on k3 compile --precision {prec}"
+                rows.append(row)
+        elif "k3" in engines:
             binary = k3_binary(args.k3_bin)
             print(f"K3: {binary} bench ...", file=sys.stderr)
             if binary.is_file():
@@ -508,31 +578,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 rows[-1].other_load_cores = load.cores
             else:
                 rows.append(EngineResult("ONNX Runtime", note=ort_note))
-        if "llama" in engines:
-            try:
-                import llama_cpp  # noqa: F401
+        if "llama" in engines and precisions:
+            for prec in precisions:
+                rows.append(run_llama_at(args.model, GGUF_TYPE_OF[prec], settings, prompt, workdir))
+                rows[-1].engine, rows[-1].precision = f"llama.cpp {GGUF_TYPE_OF[prec]}", prec
+        elif "llama" in engines:
+            rows.append(run_llama_at(args.model, args.gguf_type, settings, prompt, workdir))
 
-                from k3ref.export_gguf import export_gguf
-
-                gguf_path = workdir / f"model.{args.gguf_type}.gguf"
-                print(f"exporting GGUF ({args.gguf_type}) ...", file=sys.stderr)
-                export_gguf(args.model, gguf_path, args.gguf_type)
-                print("llama.cpp ...", file=sys.stderr)
-                with OtherLoad() as load:
-                    rows.append(run_llama_cpp(gguf_path, args.gguf_type, settings, prompt))
-                rows[-1].other_load_cores = load.cores
-            except ImportError as exc:
-                rows.append(EngineResult("llama.cpp", note=f"not run: {exc} (see the docstring to build it)"))
-            except ValueError as exc:
-                rows.append(EngineResult("llama.cpp", note=f"not run: {exc}"))
-
-    by_name = {r.engine: r for r in rows}
-    for peer in ("ONNX Runtime", "llama.cpp"):
-        if "PyTorch eager" in by_name and by_name.get(peer) and by_name[peer].generated:
-            same = by_name["PyTorch eager"].generated == by_name[peer].generated
-            by_name[peer].note += (
-                "; same greedy tokens as PyTorch" if same else "; greedy tokens differ from PyTorch"
-            )
+    torch_row = next((r for r in rows if r.engine == "PyTorch eager" and r.generated), None)
+    for r in rows:
+        if torch_row and r.generated and r.engine.startswith(("ONNX Runtime", "llama.cpp")):
+            same = torch_row.generated == r.generated
+            r.note += "; same greedy tokens as PyTorch" if same else "; greedy tokens differ from PyTorch"
 
     table = markdown_table(rows, settings, machine)
     print(table)
