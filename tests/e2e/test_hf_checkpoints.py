@@ -226,10 +226,25 @@ def test_unsupported_configs_are_named(k3: K3Runner, tmp_path, edit, needle):
     assert_k3_error(k3.run("generate", "--model", path, "--prompt-ids", "1,2", "-n", 1), needle)
 
 
-def test_unexpected_tensor_is_named(k3: K3Runner, tmp_path):
-    """A family/config mismatch (here: an untied config over a tied file) is an error, not a guess."""
+def test_tied_embeddings_follow_the_file(k3: K3Runner, tmp_path):
+    """Tying is decided by the tensors present, not the config's flag: a tied
+    file (no lm_head) under a config that says untied still runs tied, with
+    the tokens transformers gives for the file as saved."""
     path = build("llama", tmp_path / "m", tie_word_embeddings=True)
+    want_ids, _ = hf_greedy(path)
     cfg = json.loads((path / "config.json").read_text())
     cfg["tie_word_embeddings"] = False
     (path / "config.json").write_text(json.dumps(cfg))
-    assert_k3_error(k3.run("generate", "--model", path, "--prompt-ids", "1,2", "-n", 1), "lm_head.weight")
+    assert k3.generate_ids(path, [PROMPT], max_new_tokens=STEPS, temperature=0) == [want_ids]
+
+
+def test_unexpected_tensor_is_named(k3: K3Runner, tmp_path):
+    """A tensor the family's layout does not have is an error naming it, not ignored."""
+    from safetensors.numpy import load_file, save_file
+
+    path = build("llama", tmp_path / "m")
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors["model.layers.0.mlp.extra.weight"] = np.zeros((4, 4), dtype=np.float32)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    assert_k3_error(k3.run("generate", "--model", path, "--prompt-ids", "1,2", "-n", 1),
+                    "model.layers.0.mlp.extra.weight")

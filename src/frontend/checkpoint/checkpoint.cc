@@ -114,9 +114,14 @@ StatusOr<std::shared_ptr<Checkpoint>> Checkpoint::load(const std::string& dir) {
         return invalid_argument(where + ": tensor " + name + " is in more than one shard");
 
   // Per-expert tensors or the fused 3-D layout: whichever the file has.
-  if (!ck->config_.hf_family.empty())
+  // Tied embeddings: decided by whether the file has an output projection
+  // (configs disagree with their files often enough; transformers saves no
+  // lm_head when it ties, and a present lm_head is the one to use).
+  if (!ck->config_.hf_family.empty()) {
     for (const auto& entry : in_files)
       if (entry.first.ends_with(".mlp.experts.gate_up_proj")) ck->config_.hf_fused_experts = true;
+    ck->config_.tie_embeddings = in_files.count("lm_head.weight") == 0;
+  }
 
   const std::vector<TensorSpec> specs = expected_tensors(ck->config_);
   // The name each contract tensor has in the file (Hugging Face checkpoints
