@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from k3_e2e import K3Runner
+from test_cli_errors import assert_k3_error
 
 BENCH_KEYS = {
     "label", "batch", "ttft_ms", "decode_ms_per_token", "total_ms", "tokens_per_s", "decode_tokens_per_s",
@@ -124,3 +125,16 @@ def test_profile_json_and_trace(k3: K3Runner, checkpoints: dict, tmp_path: Path)
     names = {e["name"] for e in events if e.get("ph") == "X"}
     assert any(".moe" in n for n in names) and any("attention" in n for n in names)
     assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")
+
+
+def test_profile_takes_a_k3m_and_names_bad_model_files(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:
+    """k3 profile reads a .k3m's config from the file; a missing path or a
+    file that is not a .k3m gets a one-line error naming it."""
+    m = tmp_path / "m.k3m"
+    assert k3.run("compile", checkpoints["k3-tiny"], "--out", m).returncode == 0
+    r = k3.run("profile", "--model", m, "--context", "8", "--steps", "1", "--no-limits", "--no-counters")
+    assert r.returncode == 0, r.stderr
+    bad = tmp_path / "bad.k3m"
+    bad.write_bytes(b"not a model")
+    assert_k3_error(k3.run("profile", "--model", bad), "bad.k3m")
+    assert_k3_error(k3.run("profile", "--model", tmp_path / "missing.k3m"), "does not exist")

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -61,14 +62,17 @@ int run_profile(const ProfileFlags& f) {
 
   // The config: inside a .k3m (header and metadata only: the engine below
   // verifies the weights), or the checkpoint's config.json.
-  StatusOr<ModelConfig> cfg = invalid_argument("no model");
-  if (is_k3m_file(f.model)) {
+  // A file that is not a valid .k3m gets read_k3m's error naming what is
+  // wrong with it, not a missing config.json inside it.
+  std::error_code ec;
+  StatusOr<ModelConfig> cfg = not_found("model directory " + f.model + " does not exist");
+  if (std::filesystem::is_regular_file(f.model, ec)) {
     K3mReadOptions ro;
     ro.verify_data = false;
     auto m = read_k3m(f.model, ro);
     if (!m.ok()) return report(m.status());
     cfg = m->config;
-  } else {
+  } else if (std::filesystem::is_directory(f.model, ec)) {
     cfg = load_config(f.model + "/config.json");
   }
   if (!cfg.ok()) return report(cfg.status());

@@ -38,7 +38,8 @@ struct ModelConfig {
   std::optional<int64_t> eos_token_id;
   // Hugging Face checkpoints (hf_config.h): the family whose tensor names
   // the file uses ("" for K3's own), and whether the output projection is
-  // the embedding table. Not part of K3's config.json.
+  // the embedding table (set by Checkpoint::load: no lm_head.weight in the
+  // file). Not part of K3's config.json.
   std::string hf_family;
   bool tie_embeddings = false;
   // The experts of each routed layer are stored fused, as transformers 5

@@ -247,7 +247,8 @@ StatusOr<ModelConfig> parse_hf_config(const json& j) {
       return invalid_argument("config.json: \"sliding_window\" must be a positive integer or null");
     c.max_seq_len = std::min(c.max_seq_len, sw->get<int64_t>());
   }
-  c.tie_embeddings = truthy(j, "tie_word_embeddings");
+  // tie_embeddings is not read from tie_word_embeddings: Checkpoint::load
+  // decides it from whether the file has lm_head.weight.
   // eos_token_id: an id or a list of ids; every one ends generation.
   if (auto eos = j.find("eos_token_id"); eos != j.end() && !eos->is_null()) {
     for (const json& id : eos->is_array() ? *eos : json::array({*eos})) {
