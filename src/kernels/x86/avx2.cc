@@ -114,7 +114,7 @@ inline __m256 load_w_tail(__m256i, int64_t n, const uint16_t* p) {
 }
 
 template <class WT, int MR, int NR>
-void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C, int64_t ldc,
+void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C, int64_t ldc, int64_t cs,
                const WT* prefetch) {
   __m256 acc[MR][NR];
 #pragma GCC unroll 4
@@ -153,11 +153,11 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) C[i * ldc + j] = hsum(acc[i][j]);
+    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(acc[i][j]);
 }
 
 template <class WT>
-using GemmTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, const WT*);
+using GemmTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, const WT*);
 
 // kGemmTiles<WT>[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
 template <class WT>
@@ -168,12 +168,41 @@ constexpr GemmTileFn<WT> kGemmTiles[kGemmMr][kGemmNr] = {
     {gemm_tile<WT, 4, 1>, gemm_tile<WT, 4, 2>, gemm_tile<WT, 4, 3>},
 };
 
+// Decode (M <= kFarMaxM) reads W rows that lie far apart: a tile's NR rows
+// are n0 + i, n0 + i + q, n0 + i + 2q, ... (q = (n1 - n0) / NR), so each
+// thread keeps NR independent sequential streams open instead of one: rows
+// of the usual tile are adjacent, one stream to the prefetchers. Measured
+// on this machine (one thread, 1536 x 512 f32 rows streamed from memory):
+// adjacent tiles 9.3 GB/s, 4 far streams 13.3-16 GB/s, pure 4-stream read
+// 15.9. The grouping changes nothing in any element's arithmetic (the
+// gemm_nt contract), so results are bit-identical. One-row A tiles can
+// hold 4 streams (4 acc + 4 W + A); larger ones keep kGemmNr.
+constexpr int64_t kFarMaxM = 8;
+constexpr int64_t kFarNr1 = 4;  // far streams when mr <= 2
+template <class WT>
+constexpr GemmTileFn<WT> kFarTiles4[2] = {gemm_tile<WT, 1, 4>, gemm_tile<WT, 2, 4>};
+
 // C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T. The M loop sits inside the N loop
 // so each tile of W is read from memory once and reused from L1 by every
 // row-tile of A: for decode (M <= 8) W is streamed exactly once.
 template <class WT>
 void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
                float* C, int64_t ldc) {
+  if (M <= kFarMaxM) {
+    // Far tiles over the first q * nr rows (see kFarMaxM); the rest below.
+    const int64_t nr = M <= 2 ? kFarNr1 : kGemmNr;
+    const int64_t q = (n1 - n0) / nr;
+    for (int64_t i = 0; i < q; ++i) {
+      const WT* w = W + (n0 + i) * ldw;
+      const WT* next = i + 1 < q ? w + ldw : nullptr;  // the next row of every stream
+      for (int64_t m = 0; m < M; m += kGemmMr) {
+        const int64_t mr = min64(kGemmMr, M - m);
+        GemmTileFn<WT> tile = nr == kFarNr1 ? kFarTiles4<WT>[mr - 1] : kGemmTiles<WT>[mr - 1][nr - 1];
+        tile(K, A + m * lda, lda, w, q * ldw, C + m * ldc + n0 + i, ldc, q, m == 0 ? next : nullptr);
+      }
+    }
+    n0 += q * nr;
+  }
   for (int64_t n = n0; n < n1; n += kGemmNr) {
     const int64_t nr = min64(kGemmNr, n1 - n);
     const WT* w = W + n * ldw;
@@ -181,7 +210,7 @@ void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int
     const WT* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
     for (int64_t m = 0; m < M; m += kGemmMr) {
       const int64_t mr = min64(kGemmMr, M - m);
-      kGemmTiles<WT>[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc, m == 0 ? next : nullptr);
+      kGemmTiles<WT>[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc, 1, m == 0 ? next : nullptr);
     }
   }
 }
@@ -252,7 +281,7 @@ inline __m256 q8_block(__m256i w0, __m256i w1, __m256i a0, __m256i a1, float sca
 // One quantized A row against NR W rows (NR independent memory streams).
 template <int NR>
 void q8_gemv_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C,
-                  const uint8_t* prefetch) {
+                  int64_t cs, const uint8_t* prefetch) {
   __m256 acc[NR];
 #pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) acc[j] = _mm256_setzero_ps();
@@ -272,14 +301,14 @@ void q8_gemv_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* 
     }
   }
 #pragma GCC unroll 8
-  for (int j = 0; j < NR; ++j) C[j] = hsum(acc[j]);
+  for (int j = 0; j < NR; ++j) C[j * cs] = hsum(acc[j]);
 }
 
 // MR quantized A rows (stride K) against NR W rows; each W block is widened
 // once for all MR rows. 4x2 acc + 4 W + A = 13 ymm.
 template <int MR, int NR>
 void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C, int64_t ldc,
-             const uint8_t* prefetch) {
+             int64_t cs, const uint8_t* prefetch) {
   __m256 acc[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
@@ -312,14 +341,14 @@ void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, in
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 2
-    for (int j = 0; j < NR; ++j) C[i * ldc + j] = hsum(acc[i][j]);
+    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(acc[i][j]);
 }
 
 constexpr int kQ8Mr = 4;
 constexpr int kQ8Nr = 2;
 constexpr int kQ8GemvNr = 4;
 
-using Q8TileFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t,
+using Q8TileFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t, int64_t,
                           const uint8_t*);
 constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
     {q8_tile<1, 1>, q8_tile<1, 2>},
@@ -327,7 +356,8 @@ constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
     {q8_tile<3, 1>, q8_tile<3, 2>},
     {q8_tile<4, 1>, q8_tile<4, 2>},
 };
-using Q8GemvFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, const uint8_t*);
+using Q8GemvFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t,
+                          const uint8_t*);
 constexpr Q8GemvFn kQ8Gemv[kQ8GemvNr] = {q8_gemv_tile<1>, q8_gemv_tile<2>, q8_gemv_tile<3>, q8_gemv_tile<4>};
 
 }  // namespace
@@ -345,21 +375,42 @@ void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
     const int64_t rows = min64(chunk, M - m0);
     for (int64_t i = 0; i < rows; ++i) quantize_row_a(A + (m0 + i) * lda, K, qa + i * K, qs + i * (K / 32));
     float* c = C + m0 * ldc;
+    // Far tiles (gemm_nt_t explains them) over the first q * nr rows for
+    // decode, then the usual adjacent ones.
+    int64_t n_adj = n0;
+    if (rows <= kFarMaxM) {
+      const int64_t nr = rows == 1 ? kQ8GemvNr : kQ8Nr;
+      const int64_t q = (n1 - n0) / nr;
+      for (int64_t i = 0; i < q; ++i) {
+        const uint8_t* w = W + (n0 + i) * rb;
+        const uint8_t* next = i + 1 < q ? w + rb : nullptr;
+        if (rows == 1) {
+          kQ8Gemv[nr - 1](K, qa, qs, w, q * rb, c + n0 + i, q, next);
+          continue;
+        }
+        for (int64_t m = 0; m < rows; m += kQ8Mr) {
+          const int64_t mr = min64(kQ8Mr, rows - m);
+          kQ8Tiles[mr - 1][nr - 1](K, qa + m * K, qs + m * (K / 32), w, q * rb, c + m * ldc + n0 + i, ldc, q,
+                                   m == 0 ? next : nullptr);
+        }
+      }
+      n_adj = n0 + q * nr;
+    }
     if (rows == 1) {
-      for (int64_t n = n0; n < n1; n += kQ8GemvNr) {
+      for (int64_t n = n_adj; n < n1; n += kQ8GemvNr) {
         const int64_t nr = min64(kQ8GemvNr, n1 - n);
         const uint8_t* w = W + n * rb;
-        kQ8Gemv[nr - 1](K, qa, qs, w, rb, c + n, n + 2 * kQ8GemvNr <= n1 ? w + kQ8GemvNr * rb : nullptr);
+        kQ8Gemv[nr - 1](K, qa, qs, w, rb, c + n, 1, n + 2 * kQ8GemvNr <= n1 ? w + kQ8GemvNr * rb : nullptr);
       }
       continue;
     }
-    for (int64_t n = n0; n < n1; n += kQ8Nr) {
+    for (int64_t n = n_adj; n < n1; n += kQ8Nr) {
       const int64_t nr = min64(kQ8Nr, n1 - n);
       const uint8_t* w = W + n * rb;
       const uint8_t* next = n + 2 * kQ8Nr <= n1 ? w + kQ8Nr * rb : nullptr;
       for (int64_t m = 0; m < rows; m += kQ8Mr) {
         const int64_t mr = min64(kQ8Mr, rows - m);
-        kQ8Tiles[mr - 1][nr - 1](K, qa + m * K, qs + m * (K / 32), w, rb, c + m * ldc + n, ldc,
+        kQ8Tiles[mr - 1][nr - 1](K, qa + m * K, qs + m * (K / 32), w, rb, c + m * ldc + n, ldc, 1,
                                  m == 0 ? next : nullptr);
       }
     }
