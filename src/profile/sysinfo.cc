@@ -704,6 +704,37 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
   return info;
 }
 
+struct ReadProbe::Impl {
+  explicit Impl(int threads) : pool(threads), loops(loops_for_cpu()) {}
+  ThreadPool pool;
+  Loops loops;
+  Arrays arrays;
+};
+
+ReadProbe::ReadProbe(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ReadProbe::~ReadProbe() = default;
+
+StatusOr<std::unique_ptr<ReadProbe>> ReadProbe::create(int threads, int64_t bytes_per_array) {
+  if (threads < 1) return invalid_argument("read probe: threads must be at least 1, got " + std::to_string(threads));
+  if (bytes_per_array < (int64_t{64} << 10))
+    return invalid_argument("read probe: bytes_per_array must be at least 64 KiB, got " +
+                            std::to_string(bytes_per_array));
+  auto impl = std::make_unique<Impl>(threads);
+  K3_ASSIGN_OR_RETURN(impl->arrays, allocate_arrays(bytes_per_array / 4096 * 4096, impl->pool));
+  // Freshly faulted memory reads slowly for the first passes (measure_sysinfo).
+  for (int i = 0; i < 2; ++i) measure_read(impl->pool, impl->loops, impl->arrays, 1, 1);
+  return std::unique_ptr<ReadProbe>(new ReadProbe(std::move(impl)));
+}
+
+int ReadProbe::threads() const { return impl_->pool.size(); }
+
+double ReadProbe::measure(int reps) {
+  double best = 0;
+  for (int streams : kStreamCounts)
+    best = std::max(best, measure_read(impl_->pool, impl_->loops, impl_->arrays, streams, std::max(1, reps)));
+  return best;
+}
+
 StatusOr<SysInfo> load_or_measure_sysinfo(int max_threads, bool refresh) {
   MeasureOptions o;
   o.max_threads = max_threads;

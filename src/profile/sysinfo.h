@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -88,6 +89,31 @@ std::string sysinfo_cache_path();
 // change it between runs).
 StatusOr<SysInfo> load_or_measure_sysinfo(int max_threads, bool refresh);
 StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool refresh);
+
+// A quick re-measurement of the best read bandwidth, for tools that time
+// their own work on a machine whose bandwidth drifts (a shared VM here
+// measured 24 GB/s and 16 GB/s an hour apart): `k3 bench` probes between its
+// timed runs so "% of read bandwidth" compares two numbers taken minutes, not
+// hours, apart. It holds its arrays (2 x bytes_per_array) and a thread pool
+// of its own for its lifetime.
+class ReadProbe {
+ public:
+  static StatusOr<std::unique_ptr<ReadProbe>> create(int threads, int64_t bytes_per_array = int64_t{128} << 20);
+  ~ReadProbe();
+  ReadProbe(const ReadProbe&) = delete;
+  ReadProbe& operator=(const ReadProbe&) = delete;
+
+  // Best over 1, 2, 4 and 8 interleaved streams per thread of the median of
+  // `reps` passes each (after one warm-up pass), in GB/s: what sysinfo's
+  // best_read_gb_per_s(threads) measures, at this moment.
+  double measure(int reps = 3);
+  int threads() const;
+
+ private:
+  struct Impl;
+  explicit ReadProbe(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 namespace detail {
 // Per-ISA loops (src/profile/x86/peak_*.cc, built with their own flags; the

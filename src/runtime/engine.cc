@@ -46,6 +46,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
   const CompiledShapes& s = m.shapes;
   EngineOptions o = options;
   K3_RETURN_IF_ERROR(check_threads(o));
+  std::vector<int> cpus;
+  if (!o.cpus.empty()) {
+    K3_ASSIGN_OR_RETURN(cpus, parse_cpu_list(o.cpus));
+    if (o.threads == 0) o.threads = static_cast<int>(cpus.size());
+    if (static_cast<size_t>(o.threads) != cpus.size())
+      return invalid_argument("--cpus lists " + std::to_string(cpus.size()) + " CPUs for " + std::to_string(o.threads) +
+                              " threads: give one CPU per thread");
+  }
   if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (o.max_batch < 1 || o.max_batch > s.n_slots)
     return invalid_argument("batch " + std::to_string(o.max_batch) + " does not fit the model, compiled for " +
@@ -70,7 +78,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
   e->storage_ = m.storage;
   e->options_ = o;
   e->kt_ = o.kernels != nullptr ? o.kernels : &kernels::best_table();
-  e->pool_ = std::make_unique<ThreadPool>(o.threads);
+  e->pool_ = std::make_unique<ThreadPool>(o.threads, cpus);
   if (m.executor == Executor::kOnnxDecoder) {
     K3_ASSIGN_OR_RETURN(e->onnx_, OnnxDecoder::create(std::move(m.decode), s.n_slots, o.ctx_len));
     if (e->onnx_->vocab_size() != c.vocab_size)

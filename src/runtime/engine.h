@@ -23,7 +23,8 @@
 namespace k3::runtime {
 
 struct EngineOptions {
-  int threads = 0;                                // 0 = all cores
+  int threads = 0;                                // 0 = all cores (or one per entry of cpus)
+  std::string cpus;                               // "" = unpinned; else thread t runs on the t-th CPU listed
   int64_t max_batch = 1;                          // KV slots = sequences decoded together
   int64_t ctx_len = 0;                            // positions per slot; 0 = the model's max_seq_len
   int64_t prefill_chunk = 128;                    // tokens per prefill step

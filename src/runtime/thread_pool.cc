@@ -3,11 +3,16 @@
 #include "runtime/thread_pool.h"
 
 #include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 
 namespace k3 {
 namespace {
@@ -31,11 +36,71 @@ void futex_wake(std::atomic<uint32_t>* addr) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// Pins the calling thread to `cpu`. Failure is not fatal (the pool still
+// works, only unpinned), but it is reported: a user asked for it.
+void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (const int err = pthread_setaffinity_np(pthread_self(), sizeof set, &set); err != 0)
+    std::fprintf(stderr, "k3: warning: cannot pin a thread to CPU %d (error %d)\n", cpu, err);
+}
+
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+std::vector<int> allowed_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+StatusOr<std::vector<int>> parse_cpu_list(const std::string& text) {
+  const std::vector<int> allowed = allowed_cpus();
+  auto allowed_text = [&] {
+    std::string a;
+    for (int c : allowed) a += (a.empty() ? "" : ",") + std::to_string(c);
+    return a;
+  };
+  auto number = [](const std::string& s, int& v) {
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    v = std::atoi(s.c_str());
+    return true;
+  };
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    const size_t dash = item.find('-');
+    int lo = 0, hi = 0;
+    if (!(dash == std::string::npos ? number(item, lo) && number(item, hi)
+                                    : number(item.substr(0, dash), lo) && number(item.substr(dash + 1), hi)) ||
+        hi < lo)
+      return invalid_argument("--cpus: '" + item + "' is not a CPU number or a range lo-hi (e.g. 0,1 or 0-3)");
+    for (int c = lo; c <= hi; ++c) {
+      if (std::find(allowed.begin(), allowed.end(), c) == allowed.end())
+        return invalid_argument("--cpus: CPU " + std::to_string(c) + " is not one this process may run on (" +
+                                allowed_text() + ")");
+      if (std::find(out.begin(), out.end(), c) != out.end())
+        return invalid_argument("--cpus: CPU " + std::to_string(c) + " is listed twice");
+      out.push_back(c);
+    }
+    pos = comma + 1;
+  }
+  return out;
+}
+
+ThreadPool::ThreadPool(int n_threads, const std::vector<int>& cpus) : n_threads_(std::max(1, n_threads)), cpus_(cpus) {
+  if (!cpus_.empty()) {
+    cpus_.resize(static_cast<size_t>(n_threads_), cpus_.back());  // callers pass n_threads entries
+    pin_to(cpus_[0]);
+  }
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -82,12 +147,15 @@ void ThreadPool::run_raw(RawFn fn, void* ctx, int64_t n_chunks, bool one_per_thr
   drain(gen);
   int spins = 0;
   while (done_.load(std::memory_order_acquire) != n_chunks) {
-    if (++spins < kSpinIterations) cpu_relax();
-    else std::this_thread::yield();
+    if (++spins < kSpinIterations)
+      cpu_relax();
+    else
+      std::this_thread::yield();
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int index) {
+  if (!cpus_.empty()) pin_to(cpus_[static_cast<size_t>(index)]);
   // Generation 0 is the value at construction: a worker that starts late
   // must still see every bump since then (including the destructor's).
   uint32_t seen = 0;

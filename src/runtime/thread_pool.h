@@ -11,24 +11,41 @@
 // the chunk it holds: the others, the caller included, take the rest. A claim
 // carries the region's generation, so a worker that wakes late can never run
 // a chunk of a region that has already finished.
+//
+// Optionally each thread is pinned to one CPU (`k3 ... --cpus`): thread t
+// (the caller is 0) to cpus[t]. Pinning keeps the scheduler from moving a
+// worker onto the core the caller is using, which on a 2-core machine stalls
+// every region until one of them is moved back.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "util/status.h"
+
 namespace k3 {
+
+// "0,2,4-7" -> {0, 2, 4, 5, 6, 7} (taskset -c syntax), each CPU one this
+// process may run on, none twice; an error names the offending entry.
+StatusOr<std::vector<int>> parse_cpu_list(const std::string& text);
+// The CPUs this process may run on (sched_getaffinity), ascending.
+std::vector<int> allowed_cpus();
 
 class ThreadPool {
  public:
   // n_threads >= 1 counts the calling thread; n_threads - 1 workers start.
-  explicit ThreadPool(int n_threads);
+  // With `cpus` (n_threads entries, each allowed: see parse_cpu_list), thread
+  // t runs only on cpus[t]; the calling thread is pinned here too, for good.
+  explicit ThreadPool(int n_threads, const std::vector<int>& cpus = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  const std::vector<int>& cpus() const { return cpus_; }
 
   // Calls f(chunk, n_chunks) once for every chunk in [0, n_chunks), on
   // whichever threads claim them, and returns when all have finished.
@@ -83,12 +100,13 @@ class ThreadPool {
   static constexpr int kChunksPerThread = 4;
   using RawFn = void (*)(void*, int64_t, int64_t);
   void run_raw(RawFn fn, void* ctx, int64_t n_chunks, bool one_per_thread);
-  void worker_loop();
+  void worker_loop(int index);
   void wake_all();
   // Claims and runs chunks of the region with generation `gen` until none are left.
   void drain(uint32_t gen);
 
   int n_threads_;
+  std::vector<int> cpus_;
   std::vector<std::thread> workers_;
   // Region state, published by the release store of ticket_.
   std::atomic<RawFn> fn_{nullptr};

@@ -307,6 +307,22 @@ def test_bad_flag_values(k3, tiny, args: list[str], flags: list[str]) -> None:
     assert res.returncode < 128
 
 
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        pytest.param(["--cpus", "x"], "'x'", id="cpus-text"),
+        pytest.param(["--cpus", "1-0"], "'1-0'", id="cpus-reversed-range"),
+        pytest.param(["--cpus", "0,"], "''", id="cpus-empty-entry"),
+        pytest.param(["--cpus", "99999"], "CPU 99999", id="cpus-not-allowed"),
+        pytest.param(["--cpus", "0,0"], "twice", id="cpus-twice"),
+        pytest.param(["--cpus", "0", "--threads", "2"], "one CPU per thread", id="cpus-vs-threads"),
+    ],
+)
+def test_bad_cpus(k3, tiny, args: list[str], needle: str) -> None:
+    res = generate(k3, tiny, "--prompt-ids", "1,2", "-n", "2", *args)
+    assert_k3_error(res, "--cpus", needle)
+
+
 def test_dump_logits_with_two_prompts(k3, tiny, tmp_path: Path) -> None:
     dump = tmp_path / "x.npy"
     res = generate(k3, tiny, "--prompt-ids", "1", "--prompt-ids", "2", "-n", "2",

@@ -16,7 +16,7 @@ from test_cli_errors import assert_k3_error
 BENCH_KEYS = {
     "label", "batch", "ttft_ms", "decode_ms_per_token", "total_ms", "tokens_per_s", "decode_tokens_per_s",
     "requests_per_s", "decode_gb_per_s", "bytes_per_step", "read_bandwidth_fraction", "first_request_ttft_ms",
-    "first_request_decode_ms_per_token", "allocations_per_step", "load_ms",
+    "first_request_decode_ms_per_token", "allocations_per_step", "load_ms", "read_gb_per_s_now",
 }
 
 
@@ -43,6 +43,7 @@ def test_bench_reports_every_key_and_writes_files(k3: K3Runner, checkpoints: dic
                "--plot", out_svg, timeout=180)
     assert r.returncode == 0, r.stderr
     assert "decode ms/token" in r.stdout and "batch 2" in r.stdout
+    assert "read bandwidth now GB/s" in r.stdout
     data = json.loads(out_json.read_text())
     assert [p["batch"] for p in data["results"]] == [1, 2]
     for p in data["results"]:
@@ -52,6 +53,9 @@ def test_bench_reports_every_key_and_writes_files(k3: K3Runner, checkpoints: dic
         assert p["bytes_per_step"] > 0
         assert p["allocations_per_step"] == 0  # the decode loop allocates nothing
         assert p["read_bandwidth_fraction"] > 0  # sysinfo was measured into the private cache
+        # The bandwidth probe ran after each measured run.
+        now = p["read_gb_per_s_now"]
+        assert 0 < now["min"] <= now["median"] <= now["max"]
     # Batch 2 reads at least as many bytes per step as batch 1 (more KV, maybe more experts).
     assert data["results"][1]["bytes_per_step"] >= data["results"][0]["bytes_per_step"]
     assert out_md.read_text().startswith("model:")
@@ -65,6 +69,7 @@ def test_bench_compare_adds_ratio_columns(k3: K3Runner, checkpoints: dict) -> No
     assert r.returncode == 0, r.stderr
     assert "k3-tiny-bf16 vs k3-tiny" in r.stdout
     assert "x |" in r.stdout
+    assert "read bandwidth" not in r.stdout  # --no-sysinfo: neither the cache nor the probe
 
 
 @pytest.fixture(scope="module")

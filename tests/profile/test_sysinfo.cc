@@ -179,6 +179,18 @@ TEST(SysInfo, RejectsBadOptions) {
   EXPECT_FALSE(measure_sysinfo(o).ok());
 }
 
+TEST(ReadProbe, MeasuresAPositiveRateAndRejectsBadOptions) {
+  auto probe = ReadProbe::create(2, int64_t{1} << 20);
+  ASSERT_TRUE(probe.ok()) << probe.status().message();
+  EXPECT_EQ((*probe)->threads(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const double gb = (*probe)->measure(1);
+    EXPECT_TRUE(std::isfinite(gb) && gb > 0) << gb;
+  }
+  EXPECT_FALSE(ReadProbe::create(0).ok());
+  EXPECT_FALSE(ReadProbe::create(1, 1024).ok());
+}
+
 TEST(SysInfo, BestReadUsesNearestMeasuredThreadCount) {
   SysInfo s;
   EXPECT_EQ(s.best_read_gb_per_s(1), 0.0);

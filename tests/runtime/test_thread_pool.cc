@@ -2,6 +2,8 @@
 // (spinning workers) and dispatches after idle gaps (sleeping workers).
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -22,7 +24,8 @@ TEST(ThreadPool, ParallelForCoversEachIndexOnce) {
           EXPECT_EQ(b % align, 0);
           for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
         });
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " " << n << " " << align;
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " " << n << " " << align;
       }
   }
 }
@@ -70,6 +73,43 @@ TEST(ThreadPool, CallerFinishesWhileAWorkerIsBusyElsewhere) {
     });
     EXPECT_EQ(done.load(), 16);
   }
+}
+
+TEST(CpuList, ParsesTasksetSyntaxAndChecksEachCpu) {
+  const std::vector<int> allowed = allowed_cpus();
+  ASSERT_FALSE(allowed.empty());
+  const int c0 = allowed.front();
+  auto one = parse_cpu_list(std::to_string(c0));
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(*one, std::vector<int>{c0});
+  if (allowed.size() >= 2 && allowed[1] == c0 + 1) {
+    auto range = parse_cpu_list(std::to_string(c0) + "-" + std::to_string(c0 + 1));
+    ASSERT_TRUE(range.ok()) << range.status().message();
+    EXPECT_EQ(*range, (std::vector<int>{c0, c0 + 1}));
+  }
+  for (const char* bad : {"", "a", "1-0", "0,", "-1", "3-", "99999", "1234567"}) {
+    auto r = parse_cpu_list(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--cpus"), std::string::npos) << r.status().message();
+  }
+  auto twice = parse_cpu_list(std::to_string(c0) + "," + std::to_string(c0));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("twice"), std::string::npos);
+}
+
+// Each thread runs on the CPU it was given, the caller included. In a thread
+// of its own, so the caller's pinning does not outlive the test.
+TEST(ThreadPool, PinsEachThreadToItsCpu) {
+  const std::vector<int> allowed = allowed_cpus();
+  if (allowed.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  const std::vector<int> cpus = {allowed[1], allowed[0]};  // not the identity, so the test can fail
+  std::thread([&] {
+    ThreadPool pool(2, cpus);
+    std::vector<int> seen(2, -1);
+    for (int round = 0; round < 20; ++round)
+      pool.run_on_each_thread([&](int t, int) { seen[static_cast<size_t>(t)] = sched_getcpu(); });
+    EXPECT_EQ(seen, cpus);
+  }).join();
 }
 
 }  // namespace

@@ -105,7 +105,12 @@ std::string bench_table(const BenchResult& r) {
     };
     row(
         "MB read per step", [](const BenchPoint& p) { return p.bytes_per_step / 1e6; }, 1);
-    if (r.settings.read_gb_per_s > 0)
+    const bool probed =
+        std::any_of(pts.begin(), pts.end(), [](const BenchPoint* p) { return p->probe_gb_per_s.median > 0; });
+    if (probed)
+      row(
+          "read bandwidth now GB/s", [](const BenchPoint& p) { return p.probe_gb_per_s.median; }, 1);
+    if (r.settings.read_gb_per_s > 0 || probed)
       row(
           "% of read bandwidth",
           [](const BenchPoint& p) { return p.read_fraction < 0 ? -1.0 : 100.0 * p.read_fraction; }, 1);
@@ -117,8 +122,14 @@ std::string bench_table(const BenchResult& r) {
         "allocations per step", [](const BenchPoint& p) { return p.allocations_per_step; }, 1);
     out += "\n";
   }
+  if (r.settings.has_read_probe())
+    out +=
+        "read bandwidth now: the machine's best read bandwidth measured right after each run (median); "
+        "% of read bandwidth is the median over runs of the run's GB/s over that measurement\n";
   if (r.settings.read_gb_per_s > 0)
-    out += "machine read bandwidth (k3 sysinfo): " + fmt(r.settings.read_gb_per_s, 1) + " GB/s\n";
+    out += "machine read bandwidth (k3 sysinfo cache" +
+           std::string(r.settings.has_read_probe() ? ", for reference" : "") +
+           "): " + fmt(r.settings.read_gb_per_s, 1) + " GB/s\n";
   return out;
 }
 
@@ -150,6 +161,7 @@ nlohmann::json bench_json(const BenchResult& r) {
                             {"decode_gb_per_s", stat_json(p.decode_gb_per_s)},
                             {"bytes_per_step", p.bytes_per_step},
                             {"read_bandwidth_fraction", p.read_fraction},
+                            {"read_gb_per_s_now", stat_json(p.probe_gb_per_s)},
                             {"first_request_ttft_ms", p.first_ttft_ms},
                             {"first_request_decode_ms_per_token", p.first_decode_ms_per_step},
                             {"allocations_per_step", p.allocations_per_step},

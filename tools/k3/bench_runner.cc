@@ -94,6 +94,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
   for (size_t m = 0; m < s.models.size(); ++m) {
     runtime::EngineOptions eo;
     eo.threads = s.threads;
+    eo.cpus = s.cpus;
     eo.max_batch = max_batch;
     eo.ctx_len = s.prompt_len + s.gen_len;
     eo.prefill_chunk = std::min<int64_t>(s.prompt_len, 512);
@@ -120,7 +121,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
         p.push_back(static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab)));
 
     struct Samples {
-      std::vector<double> ttft, step, total, tps, dtps, rps, gbps, bytes, allocs;
+      std::vector<double> ttft, step, total, tps, dtps, rps, gbps, bytes, allocs, probe, fraction;
       double first_ttft = -1, first_step = -1;
     };
     std::vector<Samples> samples(s.models.size());
@@ -161,6 +162,11 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
         sm.gbps.push_back(!counted ? -1.0 : step_ms > 0 ? bytes / (step_ms * 1e6) : 0.0);
         if (r->decode_allocations >= 0 && r->decode_steps > 0)
           sm.allocs.push_back(static_cast<double>(r->decode_allocations) / static_cast<double>(r->decode_steps));
+        if (s.read_probe) {
+          const double now = s.read_probe();
+          sm.probe.push_back(now);
+          if (counted && now > 0) sm.fraction.push_back(sm.gbps.back() / now);
+        }
       }
     }
     for (size_t m = 0; m < s.models.size(); ++m) {
@@ -176,8 +182,13 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
       p.requests_per_s = summarize(sm.rps);
       p.decode_gb_per_s = summarize(sm.gbps);
       p.bytes_per_step = summarize(sm.bytes).median;
-      p.read_fraction =
-          s.read_gb_per_s > 0 && p.decode_gb_per_s.median >= 0 ? p.decode_gb_per_s.median / s.read_gb_per_s : -1.0;
+      if (!sm.probe.empty()) p.probe_gb_per_s = summarize(sm.probe);
+      if (!sm.fraction.empty())
+        p.read_fraction = summarize(sm.fraction).median;
+      else
+        p.read_fraction = s.read_gb_per_s > 0 && p.decode_gb_per_s.median >= 0 && sm.probe.empty()
+                              ? p.decode_gb_per_s.median / s.read_gb_per_s
+                              : -1.0;
       p.first_ttft_ms = sm.first_ttft;
       p.first_decode_ms_per_step = sm.first_step;
       p.allocations_per_step = sm.allocs.empty() ? -1.0 : summarize(sm.allocs).max;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,8 +27,14 @@ struct BenchSettings {
   int repeat = 5;
   int warmup = 1;
   int threads = 0;
+  std::string cpus;  // EngineOptions::cpus
   runtime::SamplingParams sampling;
-  double read_gb_per_s = 0;  // machine limit for the fraction column; 0 = unknown
+  double read_gb_per_s = 0;  // cached machine limit (k3 sysinfo); 0 = unknown
+  // Measures the machine's read bandwidth now, in GB/s; called after every
+  // measured run so each run's bandwidth is compared with the machine's at
+  // that moment. Empty: the fraction uses read_gb_per_s.
+  std::function<double()> read_probe;
+  bool has_read_probe() const { return static_cast<bool>(read_probe); }
 };
 
 // Median and spread of one metric over the repeats.
@@ -46,7 +53,10 @@ struct BenchPoint {
   Stat requests_per_s;
   Stat decode_gb_per_s;       // bytes actually read per step / step time
   double bytes_per_step = 0;  // weights (routed experts only) + KV, mean over steps
-  double read_fraction = 0;   // decode_gb_per_s.median / machine read bandwidth (0 = unknown)
+  // Median over runs of (run's GB/s / the probe right after it), else
+  // decode_gb_per_s.median / read_gb_per_s; -1 = unknown.
+  double read_fraction = 0;
+  Stat probe_gb_per_s;        // the probes after this point's runs (median 0: none)
   double first_ttft_ms = -1;  // first request after load (first batch size only; -1 otherwise)
   double first_decode_ms_per_step = -1;
   double allocations_per_step = -1;  // -1 = not counted

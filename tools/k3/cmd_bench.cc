@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -21,11 +22,13 @@ struct BenchFlags {
   std::string batches = "1";
   int64_t prompt_len = 128, gen_len = 128;
   int repeat = 5, warmup = 1, threads = 0;
+  std::string cpus;
   float temperature = 0.8f, top_p = 0.95f;
   int64_t top_k = 0;
   int64_t seed = 1;
   std::string json, markdown, plot;
   bool no_sysinfo = false;
+  bool no_probe = false;
   bool compare_moe = false;
   bool ablate = false;
 };
@@ -49,6 +52,17 @@ Status write_file(const std::string& path, const std::string& text) {
   if (!out) return io_error("cannot write " + path);
   out << text;
   return out ? Status() : io_error("error writing " + path);
+}
+
+// The threads the engine will run: --threads, else one per --cpus entry,
+// else every core.
+int probe_threads(const BenchFlags& f) {
+  if (f.threads > 0) return f.threads;
+  if (!f.cpus.empty()) {
+    auto cpus = parse_cpu_list(f.cpus);
+    if (cpus.ok()) return static_cast<int>(cpus->size());
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 int run(const BenchFlags& f) {
@@ -118,18 +132,29 @@ int run(const BenchFlags& f) {
   s.repeat = f.repeat;
   s.warmup = f.warmup;
   s.threads = f.threads;
+  s.cpus = f.cpus;
   s.sampling.temperature = f.temperature;
   s.sampling.top_p = f.top_p;
   s.sampling.top_k = f.top_k;
   s.sampling.seed = static_cast<uint64_t>(f.seed);
   if (Status st = s.sampling.validate(); !st.ok()) return report(st);
   if (!f.no_sysinfo) {
-    const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = probe_threads(f);
     auto si = profile::load_or_measure_sysinfo(threads, false);
     if (si.ok())
       s.read_gb_per_s = si->best_read_gb_per_s(threads);
     else
       std::fprintf(stderr, "k3: warning: no machine limits (%s)\n", si.status().message().c_str());
+  }
+  std::unique_ptr<profile::ReadProbe> probe;
+  if (!f.no_sysinfo && !f.no_probe) {
+    auto p = profile::ReadProbe::create(probe_threads(f));
+    if (p.ok()) {
+      probe = std::move(p).value();
+      s.read_probe = [&probe] { return probe->measure(); };
+    } else {
+      std::fprintf(stderr, "k3: warning: no in-run bandwidth probe (%s)\n", p.status().message().c_str());
+    }
   }
   auto r = run_bench(s);
   if (!r.ok()) return report(r.status());
@@ -168,6 +193,9 @@ Registered add_bench(CLI::App& app) {
   sub->add_option("-r,--repeat", f->repeat, "Measured runs per configuration")->check(CLI::Range(1, 1000));
   sub->add_option("--warmup", f->warmup, "Unmeasured runs first")->check(CLI::Range(0, 100));
   sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
+  sub->add_option("--cpus", f->cpus,
+                  "Pin thread t to the t-th CPU of this list (taskset -c syntax, e.g. 0,1 or 0-3); "
+                  "one CPU per thread, --threads defaults to their count");
   sub->add_option("--temp,--temperature", f->temperature, "Sampling temperature (article: 0.8)")
       ->check(CLI::Range(0.0f, 100.0f));
   sub->add_option("--top-p", f->top_p, "Nucleus mass (article: 0.95)")->check(CLI::Range(0.0f, 1.0f));
@@ -180,6 +208,8 @@ Registered add_bench(CLI::App& app) {
       "--compare-moe", f->compare_moe,
       "Compare the routed MoE (only chosen experts run) with the article's dense one-hot-mask MoE on --model");
   sub->add_flag("--no-sysinfo", f->no_sysinfo, "Do not measure/read machine limits (no bandwidth fraction)");
+  sub->add_flag("--no-probe", f->no_probe,
+                "Do not re-measure read bandwidth after each run (the fraction then uses the k3 sysinfo cache)");
   return {sub, [f]() { return run(*f); }};
 }
 

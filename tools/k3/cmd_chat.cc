@@ -41,6 +41,7 @@ struct ChatFlags {
   float top_p = 0.95f;
   int64_t seed = -1;
   int threads = 0;
+  std::string cpus;
   int64_t ctx_size = 0;
   bool json = false;
 };
@@ -77,6 +78,7 @@ StatusOr<tok::ChatTemplateConfig> load_template(const ChatFlags& f, const std::s
 int run_chat(const ChatFlags& f) {
   runtime::EngineOptions eo;
   eo.threads = f.threads;
+  eo.cpus = f.cpus;
   eo.max_batch = 1;
   eo.ctx_len = f.ctx_size;
   auto engine = runtime::Engine::load(f.model, eo);
@@ -162,6 +164,9 @@ Registered add_chat(CLI::App& app) {
   sub->add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1]; 1 = off")->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("-s,--seed", f->seed, "Random seed; -1 = random")->check(CLI::Range(int64_t{-1}, INT64_MAX));
   sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
+  sub->add_option("--cpus", f->cpus,
+                  "Pin thread t to the t-th CPU of this list (taskset -c syntax, e.g. 0,1 or 0-3); "
+                  "one CPU per thread, --threads defaults to their count");
   sub->add_option("-c,--ctx-size", f->ctx_size, "KV cache positions; 0 = the model's max_seq_len")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   sub->add_flag("--json", f->json, "One JSON object per turn (prompt_ids, generated_ids, text) instead of streaming");

@@ -32,6 +32,7 @@ struct GenerateFlags {
   float top_p = 0.95f;
   int64_t seed = -1;
   int threads = 0;
+  std::string cpus;
   int64_t ctx_size = 0;
   int64_t prefill_chunk = 128;
   std::string isa;
@@ -97,6 +98,7 @@ int run_generate(const GenerateFlags& f) {
     return report(invalid_argument("--dump-tensors needs exactly one prompt (got " + std::to_string(n_prompts) + ")"));
   runtime::EngineOptions eo;
   eo.threads = f.threads;
+  eo.cpus = f.cpus;
   eo.max_batch = static_cast<int64_t>(n_prompts);
   eo.ctx_len = f.ctx_size;
   eo.prefill_chunk = f.prefill_chunk;
@@ -249,6 +251,9 @@ Registered add_generate(CLI::App& app) {
   sub->add_option("-s,--seed", f->seed, "Random seed; -1 = random (the seed used is printed with --json)")
       ->check(CLI::Range(int64_t{-1}, INT64_MAX));
   sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
+  sub->add_option("--cpus", f->cpus,
+                  "Pin thread t to the t-th CPU of this list (taskset -c syntax, e.g. 0,1 or 0-3); "
+                  "one CPU per thread, --threads defaults to their count");
   sub->add_option("-c,--ctx-size", f->ctx_size, "KV cache positions per sequence; 0 = the model's max_seq_len")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")

@@ -23,6 +23,7 @@ struct ProfileFlags {
   int64_t steps = 10;
   int64_t warmup = 2;
   int threads = 0;
+  std::string cpus;
   int top = 10;
   std::string isa;
   std::string trace;
@@ -79,6 +80,7 @@ int run_profile(const ProfileFlags& f) {
   auto eo = profile::profile_engine_options(po, *cfg);
   if (!eo.ok()) return report(eo.status());
   eo->threads = f.threads;
+  eo->cpus = f.cpus;
   if (!f.isa.empty()) {
     kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar
                        : f.isa == "avx2" ? kernels::Isa::kAvx2
@@ -162,6 +164,9 @@ Registered add_profile(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   sub->add_option("--warmup", f->warmup, "Unprofiled steps first")->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   sub->add_option("-t,--threads", f->threads, "Threads; 0 = all cores")->check(CLI::Range(0, 1024));
+  sub->add_option("--cpus", f->cpus,
+                  "Pin thread t to the t-th CPU of this list (taskset -c syntax, e.g. 0,1 or 0-3); "
+                  "one CPU per thread, --threads defaults to their count");
   sub->add_option("--top", f->top, "Slowest nodes to list")->check(CLI::Range(0, 100000));
   sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
