@@ -49,14 +49,26 @@ void pin_to(int cpu) {
 }  // namespace
 
 std::vector<int> allowed_cpus() {
-  std::vector<int> out;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) out.push_back(c);
-  return out;
+  // Read once, at start-up: a pool pins its caller, after which the calling
+  // thread's mask is that one CPU, not what the process may use (a second
+  // engine in the same process, as k3 bench --compare loads, must still be
+  // able to name the other CPUs).
+  static const std::vector<int> cpus = [] {
+    std::vector<int> out;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+    return out;
+  }();
+  return cpus;
 }
+
+namespace {
+// Runs allowed_cpus() during static initialisation, before any pinning.
+[[maybe_unused]] const bool g_cpus_read = !allowed_cpus().empty();
+}  // namespace
 
 StatusOr<std::vector<int>> parse_cpu_list(const std::string& text) {
   const std::vector<int> allowed = allowed_cpus();

@@ -31,7 +31,7 @@ namespace k3 {
 // "0,2,4-7" -> {0, 2, 4, 5, 6, 7} (taskset -c syntax), each CPU one this
 // process may run on, none twice; an error names the offending entry.
 StatusOr<std::vector<int>> parse_cpu_list(const std::string& text);
-// The CPUs this process may run on (sched_getaffinity), ascending.
+// The CPUs this process may run on (sched_getaffinity at start-up), ascending.
 std::vector<int> allowed_cpus();
 
 class ThreadPool {

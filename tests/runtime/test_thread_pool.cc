@@ -109,6 +109,10 @@ TEST(ThreadPool, PinsEachThreadToItsCpu) {
     for (int round = 0; round < 20; ++round)
       pool.run_on_each_thread([&](int t, int) { seen[static_cast<size_t>(t)] = sched_getcpu(); });
     EXPECT_EQ(seen, cpus);
+    // The caller is now pinned to one CPU, yet the process's CPUs are
+    // unchanged: a second pool may still name any of them.
+    auto again = parse_cpu_list(std::to_string(cpus[0]) + "," + std::to_string(cpus[1]));
+    EXPECT_TRUE(again.ok()) << again.status().message();
   }).join();
 }
 
