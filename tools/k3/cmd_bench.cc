@@ -54,17 +54,6 @@ Status write_file(const std::string& path, const std::string& text) {
   return out ? Status() : io_error("error writing " + path);
 }
 
-// The threads the engine will run: --threads, else one per --cpus entry,
-// else every core.
-int probe_threads(const BenchFlags& f) {
-  if (f.threads > 0) return f.threads;
-  if (!f.cpus.empty()) {
-    auto cpus = parse_cpu_list(f.cpus);
-    if (cpus.ok()) return static_cast<int>(cpus->size());
-  }
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 int run(const BenchFlags& f) {
   BenchSettings s;
   if (f.ablate && (f.compare_moe || !f.compare.empty() || f.model.empty()))
@@ -139,7 +128,7 @@ int run(const BenchFlags& f) {
   s.sampling.seed = static_cast<uint64_t>(f.seed);
   if (Status st = s.sampling.validate(); !st.ok()) return report(st);
   if (!f.no_sysinfo) {
-    const int threads = probe_threads(f);
+    const int threads = engine_threads(f.threads, f.cpus);
     auto si = profile::load_or_measure_sysinfo(threads, false);
     if (si.ok())
       s.read_gb_per_s = si->best_read_gb_per_s(threads);
@@ -148,7 +137,7 @@ int run(const BenchFlags& f) {
   }
   std::unique_ptr<profile::ReadProbe> probe;
   if (!f.no_sysinfo && !f.no_probe) {
-    auto p = profile::ReadProbe::create(probe_threads(f));
+    auto p = profile::ReadProbe::create(engine_threads(f.threads, f.cpus));
     if (p.ok()) {
       probe = std::move(p).value();
       s.read_probe = [&probe] { return probe->measure(); };

@@ -88,6 +88,13 @@ int run_profile(const ProfileFlags& f) {
     eo->kernels = kernels::table_for(isa);
     if (eo->kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
   }
+  // The bandwidth probe is made before the engine: its threads must not
+  // inherit the pinning (--cpus) the engine gives this thread.
+  std::unique_ptr<profile::ReadProbe> probe;
+  if (!f.no_limits) {
+    auto p = profile::ReadProbe::create(engine_threads(f.threads, f.cpus));
+    if (p.ok()) probe = std::move(p).value();
+  }
   auto engine = runtime::Engine::load(f.model, *eo);
   if (!engine.ok()) return report(engine.status());
   runtime::Engine& e = **engine;
@@ -106,6 +113,12 @@ int run_profile(const ProfileFlags& f) {
 
   auto run = profile::run_profile(e, po);
   if (!run.ok()) return report(run.status());
+  // The machine's bandwidth drifts on a shared host: the read limit is
+  // re-measured right after the profiled steps, with the engine's threads.
+  if (probe != nullptr && probe->threads() == e.threads() && lim.read_gb_per_s > 0) {
+    lim.read_gb_per_s = probe->measure();
+    lim.source += "; read bandwidth re-measured after the profiled steps";
+  }
   const profile::ProfileReport rep = profile::build_report(*run->profiler, lim);
   if (!f.trace.empty()) {
     Status s = profile::write_chrome_trace(*run->profiler, f.trace);

@@ -37,4 +37,9 @@ int report(const Status& status);
 // "1,2,3" -> ids; error names the bad entry.
 StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text);
 
+// The threads an engine given --threads and --cpus will run: --threads, else
+// one per listed CPU, else every core (an invalid list counts as unset: the
+// engine reports it).
+int engine_threads(int threads, const std::string& cpus);
+
 }  // namespace k3::cli

@@ -1,9 +1,12 @@
 // k3: the command-line entry point. Each subcommand lives in its own file.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
+#include "runtime/thread_pool.h"
 
 namespace k3::cli {
 
@@ -35,6 +38,13 @@ StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text) {
     i = j + 1;
   }
   return ids;
+}
+
+int engine_threads(int threads, const std::string& cpus) {
+  if (threads > 0) return threads;
+  if (!cpus.empty())
+    if (auto list = parse_cpu_list(cpus); list.ok()) return static_cast<int>(list->size());
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace k3::cli
