@@ -94,8 +94,8 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
 // their own work on a machine whose bandwidth drifts (a shared VM here
 // measured 24 GB/s and 16 GB/s an hour apart): `k3 bench` probes between its
 // timed runs so "% of read bandwidth" compares two numbers taken minutes, not
-// hours, apart. It holds its arrays (2 x bytes_per_array) and a thread pool
-// of its own for its lifetime.
+// hours, apart. It holds sysinfo's three arrays (3 x bytes_per_array, of
+// which a read streams two) and a thread pool of its own for its lifetime.
 class ReadProbe {
  public:
   static StatusOr<std::unique_ptr<ReadProbe>> create(int threads, int64_t bytes_per_array = int64_t{128} << 20);
