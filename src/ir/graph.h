@@ -80,6 +80,16 @@ struct Node {
   const std::vector<int64_t>* attr_ints(std::string_view key) const;
 };
 
+// A Moe node's inputs: x, the router, each expert's matrices (up, [gate,]
+// down), then with attr "shared" the shared expert's four. Every reader of
+// that layout (shape rule, kernel, workspace, byte counts) goes through these.
+inline int64_t moe_matrices_per_expert(const Node& n) {
+  return n.attr_int("swiglu") != 0 ? 3 : 2;
+}
+inline size_t moe_shared_input(const Node& n) {
+  return static_cast<size_t>(2 + n.attr_int("n_experts") * moe_matrices_per_expert(n));
+}
+
 class Graph {
  public:
   int add_value(Value v);

@@ -182,7 +182,7 @@ Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
   K3_RETURN_IF_ERROR(positive_attr(n, "top_k", top_k));
   if (top_k > e) return invalid_argument("top_k exceeds n_experts");
   const int64_t swiglu = n.attr_int("swiglu", 0);
-  const int64_t per_expert = swiglu ? 3 : 2;
+  const int64_t per_expert = moe_matrices_per_expert(n);
   const bool shared = n.attr_int("shared", 0) != 0;
   if (shared && !swiglu) return invalid_argument("a shared expert needs swiglu experts");
   K3_RETURN_IF_ERROR(expect_inputs(n, static_cast<size_t>(2 + e * per_expert + (shared ? 4 : 0))));
@@ -209,7 +209,7 @@ Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
   }
   if (shared) {
     // s_up [S,D], s_gate [S,D], s_down [D,S], gate g [1,D]: S may differ from F.
-    const size_t s0 = static_cast<size_t>(2 + e * per_expert);
+    const size_t s0 = moe_shared_input(n);
     const int64_t s = g.value(n.inputs[s0]).shape.empty() ? -1 : g.value(n.inputs[s0]).shape[0];
     const int64_t rows[4] = {s, s, d, 1}, cols[4] = {d, d, s, d};
     for (size_t j = 0; j < 4; ++j) {

@@ -109,7 +109,7 @@ OpCost op_cost(const ir::Graph& g, const ir::Node& n, const StepCounts& c) {
       const Value& x = in(0);
       const int64_t n_exp = n.attr_int("n_experts"), k = n.attr_int("top_k");
       const bool swiglu = n.attr_int("swiglu") != 0;
-      const size_t per = swiglu ? 3 : 2;
+      const size_t per = static_cast<size_t>(ir::moe_matrices_per_expert(n));
       const double t = rows_of(x, c), d = cols_of(x), f = static_cast<double>(in(2).shape[0]);
       int64_t experts = c.moe_experts;
       if (experts < 0) experts = estimated_moe_experts(n, static_cast<int64_t>(t));
@@ -125,7 +125,7 @@ OpCost op_cost(const ir::Graph& g, const ir::Node& n, const StepCounts& c) {
       const double combine = 2 * entries * d;
       r.flops = gate + mats + act + combine;
       // A shared expert (and its [1, D] gate), if any, runs on every token.
-      for (size_t i = 2 + per * static_cast<size_t>(n_exp); i < n.inputs.size(); ++i) {
+      for (size_t i = ir::moe_shared_input(n); i < n.inputs.size(); ++i) {
         r.bytes_read += static_cast<double>(in(i).bytes());
         r.flops += 2 * t * static_cast<double>(in(i).numel());
       }

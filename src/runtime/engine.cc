@@ -119,14 +119,13 @@ uint64_t Engine::weight_bytes_per_token() const {
         bytes += g.value(n.inputs[0]).row_bytes();
         break;
       case ir::OpKind::kMoe: {
-        const int64_t e = n.attr_int("n_experts"), k = n.attr_int("top_k");
-        const size_t per = n.attr_int("swiglu") != 0 ? 3 : 2;
+        const int64_t k = n.attr_int("top_k");
+        const size_t per = static_cast<size_t>(ir::moe_matrices_per_expert(n));
         uint64_t expert = 0;
         for (size_t j = 0; j < per; ++j) expert += g.value(n.inputs[2 + j]).bytes();
         bytes += g.value(n.inputs[1]).bytes() + static_cast<uint64_t>(k) * expert;
         // A shared expert (and its gate) runs for every token.
-        for (size_t i = 2 + per * static_cast<size_t>(e); i < n.inputs.size(); ++i)
-          bytes += g.value(n.inputs[i]).bytes();
+        for (size_t i = ir::moe_shared_input(n); i < n.inputs.size(); ++i) bytes += g.value(n.inputs[i]).bytes();
         break;
       }
       default:

@@ -111,8 +111,12 @@ void run_shared(const OpCall& c, const MoeLayout& l, const float* x, int64_t row
   for (int64_t r = 0; r < rows; ++r) c.kt->axpy(1.0f / (1.0f + std::exp(-logit[r])), y + r * d, d, out + r * d);
 }
 
-int64_t shared_ff(const OpCall& c, int64_t n_exp, int64_t per) {
-  return c.node->attr_int("shared", 0) != 0 ? c.in[2 + n_exp * per].dim(0) : 0;
+// The shared expert's inputs (if any), and its hidden width (0: none).
+const TensorArg* shared_inputs(const OpCall& c) {
+  return c.in + ir::moe_shared_input(*c.node);
+}
+int64_t shared_ff(const OpCall& c) {
+  return c.node->attr_int("shared", 0) != 0 ? shared_inputs(c)[0].dim(0) : 0;
 }
 
 }  // namespace
@@ -136,10 +140,10 @@ int64_t moe_active_experts(const OpCall& c) {
 void run_Moe(const OpCall& c) {
   const int64_t n_exp = c.node->attr_int("n_experts"), k = c.node->attr_int("top_k");
   const bool swiglu = c.node->attr_int("swiglu") != 0;
-  const int64_t per = swiglu ? 3 : 2;
+  const int64_t per = ir::moe_matrices_per_expert(*c.node);
   const int64_t rows = c.in[0].rows, d = c.in[0].cols(), f = c.in[2].dim(0), max_rows = c.in[0].dim(0);
   const bool renormalize = c.node->attr_int("renormalize", 1) != 0;
-  const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu, shared_ff(c, n_exp, per));
+  const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu, shared_ff(c));
   float* logits = at<float>(c.workspace, l.logits);
   int32_t* sel = at<int32_t>(c.workspace, l.sel);
   float* wts = at<float>(c.workspace, l.wts);
@@ -182,7 +186,7 @@ void run_Moe(const OpCall& c) {
 
   if (c.node->attr_int("dense") != 0) {
     run_dense(c, x, rows, d, f, n_exp, k, per, swiglu, sel, wts, hbuf, gbuf, ybuf);
-    if (l.sh_h != 0) run_shared(c, l, x, rows, d, c.in + 2 + n_exp * per, c.out[0].f32());
+    if (l.sh_h != 0) run_shared(c, l, x, rows, d, shared_inputs(c), c.out[0].f32());
     return;
   }
 
@@ -235,7 +239,7 @@ void run_Moe(const OpCall& c) {
     for (int64_t j = 0; j < k; ++j)
       c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d, d, o);
   }
-  if (l.sh_h != 0) run_shared(c, l, x, rows, d, c.in + 2 + n_exp * per, out);
+  if (l.sh_h != 0) run_shared(c, l, x, rows, d, shared_inputs(c), out);
   (void)order;
 }
 

@@ -20,10 +20,9 @@ uint64_t op_workspace_bytes(const ir::Graph& g, const ir::Node& node) {
   if (node.op != ir::OpKind::kMoe) return 0;
   const ir::Value& x = g.value(node.inputs[0]);
   const ir::Value& up = g.value(node.inputs[2]);
-  const int64_t n_exp = node.attr_int("n_experts"), per = node.attr_int("swiglu") != 0 ? 3 : 2;
   const int64_t shared_ff =
-      node.attr_int("shared", 0) != 0 ? g.value(node.inputs[static_cast<size_t>(2 + n_exp * per)]).shape[0] : 0;
-  return moe_workspace_bytes(x.shape[0], n_exp, node.attr_int("top_k"), x.shape[1], up.shape[0],
+      node.attr_int("shared", 0) != 0 ? g.value(node.inputs[ir::moe_shared_input(node)]).shape[0] : 0;
+  return moe_workspace_bytes(x.shape[0], node.attr_int("n_experts"), node.attr_int("top_k"), x.shape[1], up.shape[0],
                              node.attr_int("swiglu") != 0, shared_ff);
 }
 
