@@ -3,7 +3,8 @@
 //
 // Symmetric absmax per block of 32 consecutive weights of a row:
 //   scale = max|w| / 127 (f32),  q = round-to-nearest-even(w / scale) in [-127, 127]
-//   (an all-zero block has scale 0 and q 0).
+//   (an all-zero block has scale 0 and q 0; a block holding NaN or inf has
+//   scale NaN and q 0, so it yields NaN as f32 would).
 // A row of K weights (K % 32 == 0) is stored as its K int8 values followed by
 // its K/32 f32 scales: one contiguous stream per row, q8_row_bytes(K) bytes,
 // the int8 part first so the kernels' wide loads stay aligned with the row.
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "ir/dtype.h"
 
@@ -23,10 +25,16 @@ inline void quantize_q8_row(const float* src, int64_t k_dim, uint8_t* dst) {
   for (int64_t b = 0; b < k_dim / ir::kQ8Block; ++b) {
     const float* x = src + b * ir::kQ8Block;
     float amax = 0.0f;
-    for (int64_t i = 0; i < ir::kQ8Block; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    const float scale = amax / 127.0f;
+    bool finite = true;
     for (int64_t i = 0; i < ir::kQ8Block; ++i) {
-      const float q = scale == 0.0f ? 0.0f : std::nearbyint(x[i] / scale);
+      finite = finite && std::isfinite(x[i]);
+      amax = std::fmax(amax, std::fabs(x[i]));
+    }
+    // A NaN or inf weight makes the block's scale NaN (q 0), so the products
+    // it feeds are NaN, as in f32, instead of a clamped finite value.
+    const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < ir::kQ8Block; ++i) {
+      const float q = scale == 0.0f || !finite ? 0.0f : std::nearbyint(x[i] / scale);
       const float clamped = std::fmin(127.0f, std::fmax(-127.0f, q));
       dst[b * ir::kQ8Block + i] = static_cast<uint8_t>(static_cast<int8_t>(clamped));
     }
@@ -48,13 +56,24 @@ inline void dequantize_q8_row(const uint8_t* src, int64_t k_dim, float* dst) {
 
 // The kernels' rounding of one activation row to int16 per block of 32
 // (kernels.h, gemm_nt_q8): scale = max|a| / 32767, q = round-to-nearest-even
-// (a * (32767 / max|a|)); an all-zero block has scale 0. The SIMD tables do
-// the same float operations, so the integers agree exactly.
+// (a * (32767 / max|a|)); an all-zero block has scale 0, a block holding NaN
+// or inf has scale NaN and q 0 (the row's results are NaN, as in f32, not a
+// saturated finite value). The SIMD tables do the same float operations, so
+// the integers agree exactly.
 inline void quantize_a16_row(const float* a, int64_t k_dim, int16_t* q, float* scales) {
   for (int64_t b = 0; b < k_dim / ir::kQ8Block; ++b) {
     const float* x = a + b * ir::kQ8Block;
     float amax = 0.0f;
-    for (int64_t i = 0; i < ir::kQ8Block; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    bool finite = true;
+    for (int64_t i = 0; i < ir::kQ8Block; ++i) {
+      finite = finite && std::isfinite(x[i]);
+      amax = std::fmax(amax, std::fabs(x[i]));
+    }
+    if (!finite) {  // NaN or inf: the block's scale is NaN, so every product it feeds is NaN
+      scales[b] = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t i = 0; i < ir::kQ8Block; ++i) q[b * ir::kQ8Block + i] = 0;
+      continue;
+    }
     const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
     scales[b] = amax / 32767.0f;
     for (int64_t i = 0; i < ir::kQ8Block; ++i)

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <random>
 #include <string>
@@ -232,6 +233,26 @@ TEST(Q8Format, RoundTripErrorIsAtMostHalfAStep) {
   EXPECT_EQ(max_q, 127);
 }
 
+// A NaN or inf weight poisons its block (scale NaN, so the block dequantizes
+// to NaN, as f32 arithmetic would) instead of being clamped to +-127: before,
+// NaN came out as -127 * scale, a finite wrong weight.
+TEST(Q8Format, NonFiniteWeightMakesItsBlockNaN) {
+  std::mt19937 rng(6);
+  auto w = random_vec(3 * 64, rng);
+  w[40] = std::nanf("");                                  // row 0, block 1
+  w[64 + 3] = std::numeric_limits<float>::infinity();     // row 1, block 0
+  w[128 + 63] = -std::numeric_limits<float>::infinity();  // row 2, block 1
+  const auto back = dequantize(quantize(w, 3, 64), 3, 64);
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t b = 0; b < 2; ++b) {
+      const bool poisoned = (r == 0 && b == 1) || (r == 1 && b == 0) || (r == 2 && b == 1);
+      for (int64_t i = 0; i < 32; ++i) {
+        const float v = back[static_cast<size_t>(r * 64 + b * 32 + i)];
+        EXPECT_EQ(std::isnan(v), poisoned) << "row " << r << " block " << b << " i " << i;
+      }
+    }
+}
+
 // The int8 product equals the scalar reference (and so gemm_nt on the
 // dequantized matrix) within the gemm tolerance, and is bit-identical
 // batched or not and however the columns are split.
@@ -267,6 +288,31 @@ TEST_P(KernelTest, GemmQ8MatchesReferenceAndIsBitExactAcrossBatchAndSplits) {
           t().gemm_nt_q8(M, n0, n0 + 3 < N ? n0 + 3 : N, K, A.data(), lda, Q.data(), split.data(), ldc);
         for (size_t i = 0; i < C.size(); ++i) ASSERT_EQ(bits(split[i]), bits(C[i])) << "split, i=" << i;
       }
+    }
+  }
+}
+
+// A NaN or inf activation makes its row's results NaN, in every table and
+// whatever rows share the call (it used to be rounded to int16 as -32768 in
+// the SIMD table, and was undefined behaviour in the reference), and leaves
+// the other rows' bits alone.
+TEST_P(KernelTest, GemmQ8NonFiniteActivationGivesNaNRow) {
+  std::mt19937 rng(7);
+  const int64_t M = 4, K = 96, N = 9;
+  auto A = random_vec(M * K, rng);
+  A[1 * K + 37] = std::nanf("");
+  A[2 * K + 95] = std::numeric_limits<float>::infinity();
+  A[3 * K + 0] = -std::numeric_limits<float>::infinity();
+  const auto Q = quantize(random_vec(N * K, rng), N, K);
+  for (const KernelTable* table : {&t(), &ref()}) {
+    std::vector<float> C(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
+    table->gemm_nt_q8(M, 0, N, K, A.data(), K, Q.data(), C.data(), N);
+    table->gemm_nt_q8(1, 0, N, K, A.data(), K, Q.data(), alone.data(), N);
+    for (int64_t n = 0; n < N; ++n) {
+      ASSERT_TRUE(std::isfinite(C[static_cast<size_t>(n)])) << isa_name(table->isa) << " n " << n;
+      ASSERT_EQ(bits(C[static_cast<size_t>(n)]), bits(alone[static_cast<size_t>(n)])) << isa_name(table->isa);
+      for (int64_t m = 1; m < M; ++m)
+        ASSERT_TRUE(std::isnan(C[static_cast<size_t>(m * N + n)])) << isa_name(table->isa) << " m " << m << " n " << n;
     }
   }
 }

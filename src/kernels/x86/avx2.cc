@@ -244,11 +244,24 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
 // One row of A quantized: qa[K] int16 and qs[K/32] f32 scales.
 void quantize_row_a(const float* a, int64_t K, int16_t* qa, float* qs) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 inf = _mm256_set1_ps(__builtin_inff());
   for (int64_t k0 = 0; k0 < K; k0 += 32) {
     __m256 x[4];
     for (int s = 0; s < 4; ++s) x[s] = _mm256_loadu_ps(a + k0 + s * kW);
-    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x[0]), _mm256_andnot_ps(sign, x[1])),
-                             _mm256_max_ps(_mm256_andnot_ps(sign, x[2]), _mm256_andnot_ps(sign, x[3])));
+    __m256 ax[4];
+    for (int s = 0; s < 4; ++s) ax[s] = _mm256_andnot_ps(sign, x[s]);
+    // NaN or inf anywhere in the block: scale NaN, q 0 (util/quant.h). The
+    // unordered compare is true for NaN, >= for inf.
+    const __m256 bad =
+        _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(ax[0], inf, _CMP_NLT_UQ), _mm256_cmp_ps(ax[1], inf, _CMP_NLT_UQ)),
+                     _mm256_or_ps(_mm256_cmp_ps(ax[2], inf, _CMP_NLT_UQ), _mm256_cmp_ps(ax[3], inf, _CMP_NLT_UQ)));
+    if (_mm256_movemask_ps(bad) != 0) [[unlikely]] {
+      qs[k0 / 32] = __builtin_nanf("");
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qa + k0), _mm256_setzero_si256());
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qa + k0 + 16), _mm256_setzero_si256());
+      continue;
+    }
+    __m256 m = _mm256_max_ps(_mm256_max_ps(ax[0], ax[1]), _mm256_max_ps(ax[2], ax[3]));
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
