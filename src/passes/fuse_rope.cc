@@ -81,6 +81,7 @@ std::optional<std::pair<int64_t, int64_t>> reshape_tail(const ir::Graph& g, int 
 }
 
 struct Match {
+  Match(const ir::Graph& graph, const Readers& readers) : g(graph), rd(readers) {}
   const ir::Graph& g;
   const Readers& rd;
   std::string why;
@@ -246,7 +247,7 @@ StatusOr<bool> FuseRope::run(ir::Graph& g) {
   std::vector<bool> used(g.nodes().size(), false);
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     if (g.nodes()[i].op != OpKind::kOnnxConcat) continue;
-    Match m{g, rd, {}, {}};
+    Match m(g, rd);
     if (!m.run(static_cast<int>(i))) {
       if (!m.why.empty()) stats_.notes.push_back("node " + g.nodes()[i].name + ": rope pattern but " + m.why);
       continue;

@@ -128,7 +128,9 @@ TEST(FuseRope, TablesReadByGatherND) {
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
   EXPECT_EQ(count_op(g, OpKind::kK3Rope), 1);
   for (const ir::Node& n : g.nodes())
-    if (n.op == OpKind::kK3Rope) EXPECT_EQ(g.value(n.inputs[1]).name, "positions");
+    if (n.op == OpKind::kK3Rope) {
+      EXPECT_EQ(g.value(n.inputs[1]).name, "positions");
+    }
   test::expect_same_outputs(before, g);
 }
 
@@ -157,7 +159,9 @@ TEST_P(FuseRopeGuard, MustNotMatch) {
   EXPECT_FALSE(*changed);
   EXPECT_EQ(g.nodes().size(), nodes);
   EXPECT_EQ(count_op(g, OpKind::kK3Rope), 0);
-  if (GetParam().why[0] != '\0') EXPECT_TRUE(test::any_note_has(pass.stats().notes, GetParam().why)) << GetParam().why;
+  if (GetParam().why[0] != '\0') {
+    EXPECT_TRUE(test::any_note_has(pass.stats().notes, GetParam().why)) << GetParam().why;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Guards, FuseRopeGuard,
