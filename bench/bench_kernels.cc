@@ -116,8 +116,10 @@ struct GemmShape {
 
 int main(int argc, char** argv) {
   constexpr int64_t kStreamBytes = int64_t{64} << 20;
-  const GemmShape shapes[] = {{1, 1536, 512}, {4, 1536, 512}, {8, 1536, 512}, {128, 1536, 512},
-                              {1, 512, 1536}, {4, 512, 1536}, {8, 512, 1536}, {128, 512, 1536}};
+  // M 1/4/8: decode at batch 1/4/8. M 32: one expert's share of a 128-token
+  // prefill (top-2 of 8 experts). M 128: a dense Linear over that prefill.
+  const GemmShape shapes[] = {{1, 1536, 512}, {4, 1536, 512}, {8, 1536, 512}, {32, 1536, 512}, {128, 1536, 512},
+                              {1, 512, 1536}, {4, 512, 1536}, {8, 512, 1536}, {32, 512, 1536}, {128, 512, 1536}};
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     const KernelTable* t = k3::kernels::table_for(isa);
     if (t == nullptr) continue;
@@ -125,7 +127,7 @@ int main(int argc, char** argv) {
     for (const GemmShape& s : shapes) {
       const std::string shape = "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_hot" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, int64_t{1});
-      if (s.M <= 8) {
+      if (s.M <= 32) {  // W from memory, as decode and MoE prefill read it
         const int64_t copies = kStreamBytes / (s.N * s.K * 4) + 1;
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_stream" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, copies);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_stream" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
