@@ -13,6 +13,7 @@
 #include "frontend/checkpoint/config.h"
 #include "ir/graph.h"
 #include "passes/pipeline.h"
+#include "util/mapped_file.h"
 
 namespace k3 {
 
@@ -51,6 +52,9 @@ struct CompiledModel {
   std::vector<std::pair<std::string, passes::PipelineReport>> reports;
   // Owns the memory the weight values point into (checkpoint or mapping).
   std::shared_ptr<const void> storage;
+  // The .k3m file the weights live in (owned by `storage`); nullptr when
+  // the model was compiled in memory.
+  const MappedFile* weights_file = nullptr;
 };
 
 struct CompileOptions {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "compiled/compiled_model.h"
+#include "util/mapped_file.h"
 #include "util/status.h"
 
 namespace k3 {
@@ -17,10 +18,13 @@ struct K3mReadOptions {
   // first decode steps would anyway); turn off only for tools that read the
   // metadata alone.
   bool verify_data = true;
+  // kMap: map the file (instant, shares the page cache). kRead: read it into
+  // 2 MiB-page memory, faster to stream at decode (util/mapped_file.h).
+  FileLoad load = FileLoad::kMap;
 };
 
-// Maps and validates the file; weight values point into the mapping, which
-// the returned model's `storage` keeps alive.
+// Maps (or reads) and validates the file; weight values point into that
+// memory, which the returned model's `storage` keeps alive.
 StatusOr<CompiledModel> read_k3m(const std::string& path, const K3mReadOptions& options = {});
 
 // True when `path` is a regular file that starts with the .k3m magic.

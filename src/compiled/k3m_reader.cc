@@ -115,7 +115,7 @@ bool is_k3m_file(const std::string& path) {
 StatusOr<CompiledModel> read_k3m(const std::string& path, const K3mReadOptions& options) {
   auto file = std::make_shared<MappedFile>();
   {
-    K3_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
+    K3_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path, options.load));
     *file = std::move(f);
   }
   const uint64_t size = file->size();
@@ -148,6 +148,7 @@ StatusOr<CompiledModel> read_k3m(const std::string& path, const K3mReadOptions& 
     meta = json::parse(base + h.meta_offset, base + *meta_end);
     K3_ASSIGN_OR_RETURN(CompiledModel m, parse_meta(meta, base + h.data_offset, h.data_bytes));
     m.storage = file;
+    m.weights_file = file.get();
     return m;
   } catch (const json::exception& e) {
     return err(std::string("malformed metadata: ") + e.what());

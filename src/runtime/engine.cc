@@ -22,7 +22,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, const En
   if (options.max_batch < 1 || options.max_batch > 1024)
     return invalid_argument("max batch must be between 1 and 1024");
   if (is_k3m_file(path)) {
-    K3_ASSIGN_OR_RETURN(CompiledModel m, read_k3m(path));
+    K3mReadOptions ro;
+    // Reading into huge pages pays only where the kernel gives them.
+    ro.load = options.mmap || !huge_pages_enabled() ? FileLoad::kMap : FileLoad::kRead;
+    K3_ASSIGN_OR_RETURN(CompiledModel m, read_k3m(path, ro));
     return create(std::move(m), options);
   }
   CompileOptions co;
@@ -76,6 +79,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
   e->provenance_ =
       m.reports.empty() ? "compiled from " + m.source + " (" + m.compile_flags + ")" : "checkpoint " + m.source;
   e->storage_ = m.storage;
+  e->weights_file_ = m.weights_file;
   e->options_ = o;
   e->kt_ = o.kernels != nullptr ? o.kernels : &kernels::best_table();
   e->pool_ = std::make_unique<ThreadPool>(o.threads, cpus);
@@ -98,6 +102,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
   e->decode_.bind_arena(e->arena_.data());
   e->prefill_.bind_arena(e->arena_.data());
   return e;
+}
+
+std::string Engine::weights_memory() const {
+  if (weights_file_ == nullptr) return "compiled in memory";
+  if (weights_file_->load() == FileLoad::kMap) return "mapped from the .k3m (4 KiB page-cache pages)";
+  const auto mib = [](uint64_t b) { return std::to_string((b + (uint64_t{1} << 19)) >> 20); };
+  // The region is rounded up to whole 2 MiB pages: count no more than the file.
+  const uint64_t huge = std::min<uint64_t>(weights_file_->huge_page_bytes(), weights_file_->size());
+  return "read from the .k3m, " + mib(huge) + " of " + mib(weights_file_->size()) + " MiB in 2 MiB pages";
 }
 
 uint64_t Engine::weight_bytes_per_token() const {

@@ -33,6 +33,9 @@ struct EngineOptions {
   int opt_level = 3;                              // pass pipeline level when compiling a checkpoint or .onnx
   std::vector<std::string> disabled_passes;       // passes switched off then (--disable-pass)
   const kernels::KernelTable* kernels = nullptr;  // nullptr = best for this CPU
+  // A .k3m's weights: mapped (true), or read into 2 MiB-page memory (false,
+  // where the kernel offers transparent huge pages; util/mapped_file.h).
+  bool mmap = false;
 };
 
 class Engine {
@@ -53,6 +56,10 @@ class Engine {
   const kernels::KernelTable& kernels() const { return *kt_; }
   uint64_t arena_bytes() const { return arena_.size(); }
   uint64_t kv_cache_bytes() const { return cache_.bytes(); }
+  // Where the weights live, one line: "mapped from the .k3m (4 KiB
+  // page-cache pages)", "read from the .k3m, 546 of 560 MiB in 2 MiB pages",
+  // or "compiled in memory".
+  std::string weights_memory() const;
   // Weight bytes one batch-1 decode step reads, in their stored dtypes:
   // every Linear and norm, the gate and top_k experts per layer, one
   // embedding row (the quantity decode speed is bound by).
@@ -76,7 +83,8 @@ class Engine {
 
   ModelConfig config_;
   std::string provenance_;
-  std::shared_ptr<const void> storage_;  // owns the weights the plans point into
+  std::shared_ptr<const void> storage_;       // owns the weights the plans point into
+  const MappedFile* weights_file_ = nullptr;  // inside storage_: the .k3m, if any
   EngineOptions options_;
   const kernels::KernelTable* kt_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;

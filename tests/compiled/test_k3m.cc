@@ -105,6 +105,30 @@ TEST(K3m, RoundTripRunsBitForBitLikeTheCheckpoint) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
 }
 
+// The weights read into 2 MiB-page memory (the engine's default) or mapped:
+// the same bytes, so the same logits bit for bit; weights_memory() says which.
+TEST(K3m, MappedAndReadWeightsRunTheSame) {
+  TempDir dir;
+  const std::string path = write_tiny(dir);
+  runtime::EngineOptions o;
+  o.threads = 2;
+  o.mmap = true;
+  auto mapped = runtime::Engine::load(path, o);
+  ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+  o.mmap = false;
+  auto read = runtime::Engine::load(path, o);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_HAS((*mapped)->weights_memory(), "mapped from the .k3m");
+  if (huge_pages_enabled()) EXPECT_HAS((*read)->weights_memory(), "read from the .k3m");
+  const std::vector<float> a = run(**mapped), b = run(**read);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+  auto ckpt = runtime::Engine::load(model_dir("k3-tiny"), o);
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_EQ((*ckpt)->weights_memory(), "compiled in memory");
+}
+
 TEST(K3m, OptionsMustFitTheCompiledShapes) {
   TempDir dir;
   const std::string path = write_tiny(dir);

@@ -105,6 +105,30 @@ def test_bench_compare_opt_levels_and_ablate(k3: K3Runner, tiny_onnx: Path, tmp_
         assert r.returncode > 0 and needle in r.stderr, r.stderr
 
 
+def test_bench_compare_mmap(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:
+    """--compare-mmap runs one .k3m with its weights mapped and read into
+    2 MiB pages, and says where each model's weights live; it takes only a
+    .k3m, and not with --mmap."""
+    m = tmp_path / "m.k3m"
+    assert k3.run("compile", checkpoints["k3-tiny"], "--out", m).returncode == 0
+    out = tmp_path / "m.json"
+    common = ["--prompt-len", "4", "--gen-len", "4", "--repeat", "1", "--warmup", "0", "--threads", "1",
+              "--no-sysinfo"]
+    r = k3.run("bench", "--model", m, "--compare-mmap", *common, "--json", out, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "read vs mapped" in r.stdout
+    assert "weights of mapped: mapped from the .k3m" in r.stdout
+    assert "weights of read: " in r.stdout
+    mapped, read = json.loads(out.read_text())["results"]
+    assert mapped["weights_memory"].startswith("mapped") and read["weights_memory"] != mapped["weights_memory"]
+    r = k3.run("bench", "--model", m, "--mmap", *common, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "weights of m.k3m: mapped from the .k3m" in r.stdout
+    assert_k3_error(k3.run("bench", "--model", checkpoints["k3-tiny"], "--compare-mmap", *common), "needs a .k3m")
+    assert_k3_error(k3.run("bench", "--model", m, "--compare-mmap", "--mmap", *common), "drop --mmap")
+    assert_k3_error(k3.run("bench", "--model", m, "--compare-mmap", "--compare-moe", *common), "not both")
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--batch", "0"], "--batch"),
     (["--batch", "1,x"], "--batch"),
@@ -141,6 +165,10 @@ def test_profile_takes_a_k3m_and_names_bad_model_files(k3: K3Runner, checkpoints
     assert k3.run("compile", checkpoints["k3-tiny"], "--out", m).returncode == 0
     r = k3.run("profile", "--model", m, "--context", "8", "--steps", "1", "--no-limits", "--no-counters")
     assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].startswith("weights ")  # where the weights live
+    r = k3.run("profile", "--model", m, "--context", "8", "--steps", "1", "--no-limits", "--no-counters", "--mmap")
+    assert r.returncode == 0, r.stderr
+    assert "weights mapped from the .k3m" in r.stdout
     bad = tmp_path / "bad.k3m"
     bad.write_bytes(b"not a model")
     assert_k3_error(k3.run("profile", "--model", bad), "bad.k3m")

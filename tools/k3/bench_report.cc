@@ -122,6 +122,11 @@ std::string bench_table(const BenchResult& r) {
         "allocations per step", [](const BenchPoint& p) { return p.allocations_per_step; }, 1);
     out += "\n";
   }
+  // Where each model's weights live, and what loading cost (once per model).
+  for (size_t i = 0; i < r.points.size(); ++i)
+    if (i == 0 || r.points[i].label != r.points[i - 1].label)
+      out += "weights of " + r.points[i].label + ": " + r.points[i].weights_memory + "; loaded in " +
+             fmt(r.points[i].load_ms, 0) + " ms\n";
   if (r.settings.has_read_probe())
     out +=
         "read bandwidth now: the machine's best read bandwidth measured right after each run (median); "
@@ -165,7 +170,8 @@ nlohmann::json bench_json(const BenchResult& r) {
                             {"first_request_ttft_ms", p.first_ttft_ms},
                             {"first_request_decode_ms_per_token", p.first_decode_ms_per_step},
                             {"allocations_per_step", p.allocations_per_step},
-                            {"load_ms", p.load_ms}});
+                            {"load_ms", p.load_ms},
+                            {"weights_memory", p.weights_memory}});
   }
   return j;
 }

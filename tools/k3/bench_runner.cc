@@ -99,6 +99,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
     eo.ctx_len = s.prompt_len + s.gen_len;
     eo.prefill_chunk = std::min<int64_t>(s.prompt_len, 512);
     eo.moe_dense = m < s.moe_dense.size() && s.moe_dense[m];
+    eo.mmap = m < s.mmap.size() && s.mmap[m];
     if (m < s.opt_levels.size()) eo.opt_level = s.opt_levels[m];
     if (m < s.disabled_passes.size()) eo.disabled_passes = s.disabled_passes[m];
     const auto t0 = std::chrono::steady_clock::now();
@@ -193,6 +194,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
       p.first_decode_ms_per_step = sm.first_step;
       p.allocations_per_step = sm.allocs.empty() ? -1.0 : summarize(sm.allocs).max;
       p.load_ms = loaded[m].load_ms;
+      p.weights_memory = loaded[m].engine->weights_memory();
       result.points.push_back(p);
     }
   }

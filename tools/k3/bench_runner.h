@@ -27,7 +27,8 @@ struct BenchSettings {
   int repeat = 5;
   int warmup = 1;
   int threads = 0;
-  std::string cpus;  // EngineOptions::cpus
+  std::string cpus;        // EngineOptions::cpus
+  std::vector<bool> mmap;  // per model: EngineOptions::mmap (empty: all false)
   runtime::SamplingParams sampling;
   double read_gb_per_s = 0;  // cached machine limit (k3 sysinfo); 0 = unknown
   // Measures the machine's read bandwidth now, in GB/s; called after every
@@ -61,6 +62,7 @@ struct BenchPoint {
   double first_decode_ms_per_step = -1;
   double allocations_per_step = -1;  // -1 = not counted
   double load_ms = 0;
+  std::string weights_memory;  // Engine::weights_memory() after the runs
 };
 
 struct BenchResult {

@@ -30,6 +30,8 @@ struct BenchFlags {
   bool no_sysinfo = false;
   bool no_probe = false;
   bool compare_moe = false;
+  bool compare_mmap = false;
+  bool mmap = false;
   bool ablate = false;
 };
 
@@ -91,7 +93,9 @@ int run(const BenchFlags& f) {
   } else if (!f.compare.empty()) {
     s.models = split(f.compare);
     if (s.models.size() < 2) return report(invalid_argument("--compare needs at least two models, comma-separated"));
-  } else if (!f.model.empty() && f.compare_moe) {
+  } else if (!f.model.empty() && (f.compare_moe || f.compare_mmap)) {
+    if (f.compare_moe && f.compare_mmap)
+      return report(invalid_argument("give --compare-moe or --compare-mmap, not both"));
     s.models = {f.model, f.model};
   } else if (!f.model.empty()) {
     s.models = {f.model};
@@ -107,6 +111,16 @@ int run(const BenchFlags& f) {
     if (!f.compare.empty()) return report(invalid_argument("--compare-moe takes one --model, not --compare"));
     s.labels = {"routed-moe", "dense-moe"};
     s.moe_dense = {false, true};
+  }
+  if (f.compare_mmap) {
+    if (!f.compare.empty()) return report(invalid_argument("--compare-mmap takes one --model, not --compare"));
+    if (!is_k3m_file(f.model))
+      return report(invalid_argument("--compare-mmap needs a .k3m --model (its weights are mapped or read)"));
+    if (f.mmap) return report(invalid_argument("--compare-mmap measures both ways; drop --mmap"));
+    s.labels = {"mapped", "read"};
+    s.mmap = {true, false};
+  } else {
+    s.mmap.assign(s.models.size(), f.mmap);
   }
   for (const auto& b : split(f.batches)) {
     auto ids = parse_id_list(b);
@@ -196,6 +210,9 @@ Registered add_bench(CLI::App& app) {
   sub->add_flag(
       "--compare-moe", f->compare_moe,
       "Compare the routed MoE (only chosen experts run) with the article's dense one-hot-mask MoE on --model");
+  sub->add_flag("--compare-mmap", f->compare_mmap,
+                "Compare --model (.k3m) with its weights mapped against read into 2 MiB pages (the default)");
+  add_mmap_flag(sub, &f->mmap);
   sub->add_flag("--no-sysinfo", f->no_sysinfo, "Do not measure/read machine limits (no bandwidth fraction)");
   sub->add_flag("--no-probe", f->no_probe,
                 "Do not re-measure read bandwidth after each run (the fraction then uses the k3 sysinfo cache)");

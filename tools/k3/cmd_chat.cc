@@ -42,6 +42,7 @@ struct ChatFlags {
   int64_t seed = -1;
   int threads = 0;
   std::string cpus;
+  bool mmap = false;
   int64_t ctx_size = 0;
   bool json = false;
 };
@@ -79,6 +80,7 @@ int run_chat(const ChatFlags& f) {
   runtime::EngineOptions eo;
   eo.threads = f.threads;
   eo.cpus = f.cpus;
+  eo.mmap = f.mmap;
   eo.max_batch = 1;
   eo.ctx_len = f.ctx_size;
   auto engine = runtime::Engine::load(f.model, eo);
@@ -167,6 +169,7 @@ Registered add_chat(CLI::App& app) {
   sub->add_option("--cpus", f->cpus,
                   "Pin thread t to the t-th CPU of this list (taskset -c syntax, e.g. 0,1 or 0-3); "
                   "one CPU per thread, --threads defaults to their count");
+  add_mmap_flag(sub, &f->mmap);
   sub->add_option("-c,--ctx-size", f->ctx_size, "KV cache positions; 0 = the model's max_seq_len")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   sub->add_flag("--json", f->json, "One JSON object per turn (prompt_ids, generated_ids, text) instead of streaming");

@@ -33,6 +33,7 @@ struct GenerateFlags {
   int64_t seed = -1;
   int threads = 0;
   std::string cpus;
+  bool mmap = false;
   int64_t ctx_size = 0;
   int64_t prefill_chunk = 128;
   std::string isa;
@@ -99,6 +100,7 @@ int run_generate(const GenerateFlags& f) {
   runtime::EngineOptions eo;
   eo.threads = f.threads;
   eo.cpus = f.cpus;
+  eo.mmap = f.mmap;
   eo.max_batch = static_cast<int64_t>(n_prompts);
   eo.ctx_len = f.ctx_size;
   eo.prefill_chunk = f.prefill_chunk;
@@ -254,6 +256,7 @@ Registered add_generate(CLI::App& app) {
   sub->add_option("--cpus", f->cpus,
                   "Pin thread t to the t-th CPU of this list (taskset -c syntax, e.g. 0,1 or 0-3); "
                   "one CPU per thread, --threads defaults to their count");
+  add_mmap_flag(sub, &f->mmap);
   sub->add_option("-c,--ctx-size", f->ctx_size, "KV cache positions per sequence; 0 = the model's max_seq_len")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")

@@ -24,6 +24,7 @@ struct ProfileFlags {
   int64_t warmup = 2;
   int threads = 0;
   std::string cpus;
+  bool mmap = false;
   int top = 10;
   std::string isa;
   std::string trace;
@@ -81,6 +82,7 @@ int run_profile(const ProfileFlags& f) {
   if (!eo.ok()) return report(eo.status());
   eo->threads = f.threads;
   eo->cpus = f.cpus;
+  eo->mmap = f.mmap;
   if (!f.isa.empty()) {
     kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar
                        : f.isa == "avx2" ? kernels::Isa::kAvx2
@@ -139,12 +141,14 @@ int run_profile(const ProfileFlags& f) {
     j["unprofiled_step_ms"] = run->unprofiled_step_ms;
     j["allocations_during_steps"] = run->allocations >= 0 ? nlohmann::json(run->allocations) : nlohmann::json(nullptr);
     j["trace"] = f.trace.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.trace);
+    j["weights_memory"] = e.weights_memory();
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf("k3 profile: %s, %s, batch %ld, context %ld, %d threads, %s kernels, %ld steps after %ld warmup\n",
               f.model.c_str(), f.phase.c_str(), static_cast<long>(f.batch), static_cast<long>(f.context), e.threads(),
               isa.c_str(), static_cast<long>(f.steps), static_cast<long>(f.warmup));
+  std::printf("weights %s\n", e.weights_memory().c_str());
   std::printf("%s\n", profile::format_report(rep, f.top).c_str());
   std::printf("%s", profile::format_counters(run->counters).c_str());
   std::printf("same step without profiler hooks: %.4f ms median (profiled: %.4f ms median)\n", run->unprofiled_step_ms,
@@ -180,6 +184,7 @@ Registered add_profile(CLI::App& app) {
   sub->add_option("--cpus", f->cpus,
                   "Pin thread t to the t-th CPU of this list (taskset -c syntax, e.g. 0,1 or 0-3); "
                   "one CPU per thread, --threads defaults to their count");
+  add_mmap_flag(sub, &f->mmap);
   sub->add_option("--top", f->top, "Slowest nodes to list")->check(CLI::Range(0, 100000));
   sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));

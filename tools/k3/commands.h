@@ -42,4 +42,7 @@ StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text);
 // engine reports it).
 int engine_threads(int threads, const std::string& cpus);
 
+// --mmap, the same text in every command that loads a model.
+void add_mmap_flag(CLI::App* sub, bool* mmap);
+
 }  // namespace k3::cli

@@ -40,6 +40,12 @@ StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text) {
   return ids;
 }
 
+void add_mmap_flag(CLI::App* sub, bool* mmap) {
+  sub->add_flag("--mmap", *mmap,
+                "Map a .k3m's weights (instant load, shared page cache) instead of reading them into 2 MiB pages, "
+                "which decode streams faster (docs/runtime.md)");
+}
+
 int engine_threads(int threads, const std::string& cpus) {
   if (threads > 0) return threads;
   if (!cpus.empty())
