@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "util/aligned_buffer.h"
+#include "util/checked.h"
 #include "util/status.h"
 
 namespace k3::runtime {
