@@ -10,7 +10,9 @@
 
 namespace k3 {
 
-void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
+void AlignedBuffer::Free::operator()(uint8_t* p) const {
+  std::free(p);
+}
 
 bool AlignedBuffer::allocate(uint64_t bytes) {
   data_.reset();
