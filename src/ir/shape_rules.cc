@@ -181,11 +181,16 @@ Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
   K3_RETURN_IF_ERROR(positive_attr(n, "n_experts", e));
   K3_RETURN_IF_ERROR(positive_attr(n, "top_k", top_k));
   if (top_k > e) return invalid_argument("top_k exceeds n_experts");
+  // Each expert has inputs of its own: a larger count is corrupt, and would
+  // overflow the input arithmetic below.
+  if (e > static_cast<int64_t>(n.inputs.size()))
+    return invalid_argument("n_experts " + std::to_string(e) + " exceeds the node's " +
+                            std::to_string(n.inputs.size()) + " inputs");
   const int64_t swiglu = n.attr_int("swiglu", 0);
   const int64_t per_expert = moe_matrices_per_expert(n);
   const bool shared = n.attr_int("shared", 0) != 0;
   if (shared && !swiglu) return invalid_argument("a shared expert needs swiglu experts");
-  K3_RETURN_IF_ERROR(expect_inputs(n, static_cast<size_t>(2 + e * per_expert + (shared ? 4 : 0))));
+  K3_RETURN_IF_ERROR(expect_inputs(n, moe_shared_input(n) + (shared ? 4 : 0)));
   const Value& x = g.value(n.inputs[0]);
   const Value& gate = g.value(n.inputs[1]);
   K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));

@@ -47,8 +47,9 @@ struct KernelTable {
   // integers, and C = sum over blocks of (w_scale * a_scale) * dot in f32.
   // The activation rounding (<= 2^-16 of the block's largest value) is far
   // below the weights' (2^-8): W8A16. A block holding NaN or inf gets scale
-  // NaN (util/quant.h), so its row's results are NaN, as in f32. Same contract as gemm_nt: each
-  // element's summation order is fixed, whatever M, n0, n1 are.
+  // NaN (util/quant.h), so its row's results are NaN, as in f32. Same
+  // contract as gemm_nt: each element's summation order is fixed, whatever
+  // M, n0, n1 are.
   void (*gemm_nt_q8)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc);
 

@@ -16,7 +16,7 @@ void AlignedBuffer::Free::operator()(uint8_t* p) const {
 
 bool AlignedBuffer::allocate(uint64_t bytes) {
   data_.reset();
-  size_ = bytes;
+  size_ = 0;
   if (bytes == 0) return true;
   const uint64_t align = bytes >= kHugePage ? kHugePage : kAlign;
   if (bytes > UINT64_MAX - align) return false;
@@ -28,6 +28,7 @@ bool AlignedBuffer::allocate(uint64_t bytes) {
   if (align == kHugePage) madvise(p, total, MADV_HUGEPAGE);
   std::memset(p, 0, total);
   data_.reset(static_cast<uint8_t*>(p));
+  size_ = bytes;
   return true;
 }
 

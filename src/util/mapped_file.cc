@@ -156,7 +156,6 @@ StatusOr<MappedFile> MappedFile::open(const std::string& path, FileLoad load) {
     }
     f.region_ = p;
     f.region_bytes_ = region_bytes;
-    f.size_ = static_cast<size_t>(st.st_size);
     f.data_ = static_cast<const uint8_t*>(p);
     const Status read = read_all(fd, static_cast<uint8_t*>(p), f.size_, path);
     ::close(fd);

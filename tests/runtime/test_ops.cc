@@ -218,6 +218,12 @@ TEST(OpsShapeRules, RejectMismatchedShapes) {
   auto m = g.add_node(OpKind::kMoe, "moe", {x, w}, {{"n_experts", int64_t{2}}, {"top_k", int64_t{3}}});
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("top_k exceeds n_experts"), std::string::npos) << m.status().message();
+  // A corrupt expert count (as a damaged .k3m could hold) is named, not
+  // multiplied into an overflowing input index.
+  auto huge = g.add_node(OpKind::kMoe, "moe2", {x, w},
+                         {{"n_experts", int64_t{1} << 62}, {"top_k", int64_t{1}}, {"swiglu", int64_t{1}}});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("exceeds the node's 2 inputs"), std::string::npos) << huge.status().message();
 }
 
 }  // namespace

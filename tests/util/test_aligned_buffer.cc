@@ -43,6 +43,7 @@ TEST(AlignedBuffer, ImpossibleSizeFailsCleanly) {
   AlignedBuffer b;
   EXPECT_FALSE(b.allocate(UINT64_MAX - 10));
   EXPECT_EQ(b.data(), nullptr);
+  EXPECT_EQ(b.size(), 0u);  // a failed allocation holds nothing
 }
 
 }  // namespace
