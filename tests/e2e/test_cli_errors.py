@@ -16,6 +16,7 @@ and document every flag the tests rely on.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -438,5 +439,12 @@ def test_init_model_help(k3) -> None:
     assert res.returncode == 0, res.stderr
     missing = [f for f in INIT_MODEL_FLAGS if f not in res.stdout]
     assert not missing, f"init-model --help does not mention {missing}"
-    for preset in ("k3-tiny", "k3-small", "moe-swiglu-small"):
-        assert preset in res.stdout, preset
+    # Every preset init-model accepts (its unknown-preset error lists the
+    # preset table) is named in the help.
+    err = k3.run("init-model", "--preset", "no-such", "--seed", "1", "--out", "unused", timeout=TIMEOUT)
+    known = re.search(r"\(known: ([^)]*)\)", err.stderr)
+    assert known, err.stderr
+    presets = [p.strip() for p in known.group(1).split(",")]
+    assert {"k3-tiny", "k3-base", "moe-swiglu-base"} <= set(presets), presets
+    missing = [p for p in presets if p not in res.stdout]
+    assert not missing, f"init-model --help does not name the presets {missing}"
