@@ -1,6 +1,5 @@
 // k3 init-model: write a checkpoint with deterministic random weights.
 #include <cstdio>
-#include <string>
 
 #include "commands.h"
 #include "frontend/checkpoint/checkpoint.h"
@@ -14,9 +13,8 @@ Registered add_init_model(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("init-model", "Write a K3 checkpoint (config.json + model.safetensors) with random weights");
-  std::string presets;  // from the preset table, so the help cannot fall behind it
-  for (const std::string& name : preset_names()) presets += (presets.empty() ? "" : ", ") + name;
-  sub->add_option("--preset", o->preset, "Model preset: " + presets);
+  // From the preset table, so the help cannot fall behind it.
+  sub->add_option("--preset", o->preset, "Model preset: " + preset_list());
   sub->add_option("--config", o->config, "A config.json to use instead of (or to override) a preset")->check(CLI::ExistingFile);
   sub->add_option("--seed", o->seed, "Random seed; the same seed gives the same bytes")->required();
   sub->add_option("--out", o->out, "Output directory")->required();

@@ -193,6 +193,12 @@ std::vector<std::string> preset_names() {
   return {"k3-tiny", "k3-small", "k3-base", "moe-swiglu-small", "moe-swiglu-base"};
 }
 
+std::string preset_list() {
+  std::string names;
+  for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+  return names;
+}
+
 StatusOr<ModelConfig> preset_config(const std::string& name) {
   ModelConfig c;
   c.top_k = 2;
@@ -218,9 +224,7 @@ StatusOr<ModelConfig> preset_config(const std::string& name) {
     c.norm_type = NormType::kRmsNorm;
     c.expert_type = ExpertType::kSwiglu;
   } else {
-    std::string names;
-    for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
-    return invalid_argument("unknown preset \"" + name + "\" (known: " + names + ")");
+    return invalid_argument("unknown preset \"" + name + "\" (known: " + preset_list() + ")");
   }
   K3_RETURN_IF_ERROR(c.validate());
   return c;

@@ -91,5 +91,7 @@ StatusOr<ModelConfig> load_config(const std::string& path);
 // Presets for `k3 init-model --preset NAME`.
 StatusOr<ModelConfig> preset_config(const std::string& name);
 std::vector<std::string> preset_names();
+// The preset names joined with ", " (for help texts and error messages).
+std::string preset_list();
 
 }  // namespace k3
