@@ -434,14 +434,14 @@ def test_generate_help(k3) -> None:
         assert short in res.stdout, short
 
 
-def test_init_model_help(k3) -> None:
+def test_init_model_help(k3, tmp_path: Path) -> None:
     res = k3.run("init-model", "--help", timeout=TIMEOUT)
     assert res.returncode == 0, res.stderr
     missing = [f for f in INIT_MODEL_FLAGS if f not in res.stdout]
     assert not missing, f"init-model --help does not mention {missing}"
     # Every preset init-model accepts (its unknown-preset error lists the
     # preset table) is named in the help.
-    err = k3.run("init-model", "--preset", "no-such", "--seed", "1", "--out", "unused", timeout=TIMEOUT)
+    err = k3.run("init-model", "--preset", "no-such", "--seed", "1", "--out", tmp_path / "m", timeout=TIMEOUT)
     known = re.search(r"\(known: ([^)]*)\)", err.stderr)
     assert known, err.stderr
     presets = [p.strip() for p in known.group(1).split(",")]
