@@ -1,4 +1,4 @@
-// Kernel microbenchmarks: gemm_nt (f32, bf16 and int8 weights) at decode (M = 1..8)
+// Kernel microbenchmarks: gemm_nt (f32, bf16 and int8 weights, rows or panels) at decode (M = 1..8)
 // and prefill (M = 128) shapes and attend at two cache lengths, for every ISA
 // this CPU runs.
 // bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
@@ -17,6 +17,8 @@
 
 #include "ir/dtype.h"
 #include "kernels/kernels.h"
+#include "util/half.h"
+#include "util/panel.h"
 #include "util/quant.h"
 
 namespace {
@@ -93,6 +95,36 @@ void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// As bm_gemm / bm_gemm_bf16 with W in the panel layout (util/panel.h;
+// `k3 compile --weight-layout panels`); N % 16 == 0 in every shape below,
+// so a packed copy has the rows' size.
+void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies,
+                    bool bf16) {
+  const auto A = random_vec(M * K);
+  const auto Wf = random_vec(N * K);
+  std::vector<float> rows(Wf), P(static_cast<size_t>(copies * N * K));
+  std::vector<uint16_t> rows16(Wf.size()), P16(P.size());
+  for (size_t i = 0; i < Wf.size(); ++i) rows16[i] = k3::f32_to_bf16(Wf[i]);
+  for (int64_t c = 0; c < copies; ++c) {
+    k3::pack_panels(rows.data(), N, K, P.data() + c * N * K);
+    k3::pack_panels(rows16.data(), N, K, P16.data() + c * N * K);
+  }
+  std::vector<float> C(static_cast<size_t>(M * N));
+  int64_t i = 0;
+  for (auto _ : state) {
+    const int64_t off = (i++ % copies) * N * K;
+    if (bf16)
+      t->gemm_nt_bf16p16(M, 0, N, K, A.data(), K, P16.data() + off, C.data(), N);
+    else
+      t->gemm_nt_p16(M, 0, N, K, A.data(), K, P.data() + off, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * N * K * (bf16 ? 2 : 4));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // One query head over a [len, hd] K/V cache.
 void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd) {
   const auto q = random_vec(hd), k = random_vec(len * hd), v = random_vec(len * hd);
@@ -127,11 +159,21 @@ int main(int argc, char** argv) {
     for (const GemmShape& s : shapes) {
       const std::string shape = "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_hot" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, int64_t{1});
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_hot" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
+                                   int64_t{1});
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_p16_hot" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
+                                   int64_t{1}, false);
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_hot" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
+                                   int64_t{1}, true);
       if (s.M <= 32) {  // W from memory, as decode and MoE prefill read it
         const int64_t copies = kStreamBytes / (s.N * s.K * 4) + 1;
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_stream" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, copies);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_stream" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
                                      copies * 2);
+        benchmark::RegisterBenchmark((prefix + "/gemm_nt_p16_stream" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
+                                     copies, false);
+        benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_stream" + shape).c_str(), bm_gemm_panels, t, s.M, s.N,
+                                     s.K, copies * 2, true);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_stream" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
                                      copies * 32 / 9);
       }

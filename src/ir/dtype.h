@@ -9,6 +9,10 @@
 // its K int8 values followed by its K/32 f32 scales, weight[n, k] =
 // float(q[n, k]) * scale[n, k / 32]. It is not per-element sized, so byte
 // counts go through dtype_bytes(), never numel * dtype_size().
+//
+// kF32P16 and kBF16P16 are the compiler's panel layouts of a matrix [N, K]
+// (util/panel.h): column panels of 16 rows of W, each stored k-major
+// ([K][16]), the last panel zero-padded to 16. Also not per-element sized.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +24,13 @@
 
 namespace k3::ir {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF64, kI8, kU8, kBool, kQ8 };
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF64, kI8, kU8, kBool, kQ8, kF32P16, kBF16P16 };
 
 // Elements per kQ8 scale (a block of one row).
 inline constexpr int64_t kQ8Block = 32;
+// Rows of W per panel of the kF32P16 / kBF16P16 layouts.
+inline constexpr int64_t kPanelRows = 16;
+
 // Bytes of one kQ8 row of k elements (k % kQ8Block == 0).
 inline constexpr uint64_t q8_row_bytes(uint64_t k) {
   return k + k / kQ8Block * 4;
@@ -51,6 +58,10 @@ inline uint64_t dtype_size(DType t) {
       return 1;
     case DType::kQ8:
       return 1;  // the int8 values only; see dtype_bytes()
+    case DType::kF32P16:
+      return 4;  // per stored element; see dtype_bytes() for the padding
+    case DType::kBF16P16:
+      return 2;
   }
   return 0;
 }
@@ -77,14 +88,23 @@ inline std::string_view dtype_name(DType t) {
       return "bool";
     case DType::kQ8:
       return "q8";
+    case DType::kF32P16:
+      return "f32p16";
+    case DType::kBF16P16:
+      return "bf16p16";
   }
   return "?";
 }
 
 // Bytes of a tensor of this dtype and shape, or nullopt when the shape is
 // invalid for it (negative dims, overflow, a kQ8 tensor whose rows are not
-// whole blocks).
+// whole blocks, a panel tensor that is not a matrix).
 inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> shape) {
+  if (t == DType::kF32P16 || t == DType::kBF16P16) {
+    if (shape.size() != 2 || shape[0] < 0 || shape[0] > INT64_MAX - kPanelRows) return std::nullopt;
+    const int64_t padded[2] = {(shape[0] + kPanelRows - 1) / kPanelRows * kPanelRows, shape[1]};
+    return checked_numel_bytes(padded, dtype_size(t));
+  }
   if (t != DType::kQ8) return checked_numel_bytes(shape, dtype_size(t));
   if (shape.empty() || shape.back() % kQ8Block != 0) return std::nullopt;
   auto n = checked_numel_bytes(shape, 1);

@@ -1221,7 +1221,9 @@ int64_t dtype_to_onnx(DType t) {
       return 11;
     case DType::kBF16:
       return 16;
-    case DType::kQ8:  // compiler weight format, no ONNX equivalent
+    case DType::kQ8:  // compiler weight formats, no ONNX equivalent
+    case DType::kF32P16:
+    case DType::kBF16P16:
       return 0;
   }
   return 0;

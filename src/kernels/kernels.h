@@ -53,6 +53,20 @@ struct KernelTable {
   void (*gemm_nt_q8)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc);
 
+  // gemm_nt with W in the panel layout (ir::DType::kF32P16, util/panel.h):
+  // panels of 16 rows of W, each k-major, the last one zero-padded. Each
+  //   C[m, n] = fma(A[m, K-1], W[n, K-1], ... fma(A[m, 0], W[n, 0], 0.0f))
+  // one fused multiply-add chain in k order, in every table (the scalar one
+  // uses std::fma), so results are bit-identical across M, [n0, n1) and
+  // ISAs. Any [n0, n1) within the N rows works; ranges on multiples of 16
+  // avoid computing a shared panel twice.
+  void (*gemm_nt_p16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W,
+                      float* C, int64_t ldc);
+  // The same with bf16 panels (ir::DType::kBF16P16), widened exactly on load:
+  // equal, bit for bit, to gemm_nt_p16 on the widened matrix.
+  void (*gemm_nt_bf16p16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                          float* C, int64_t ldc);
+
   // y[n] = (x - mean) / sqrt(var + eps) * w + b   (biased variance), one row.
   void (*layernorm)(const float* x, const float* w, const float* b, float eps, int64_t n, float* y);
   // y[n] = x / sqrt(mean(x^2) + eps) * w, one row.

@@ -8,6 +8,7 @@
 //   gemm_nt     |c - ref| <= 1e-5 * sqrt(K) * sum_k |a_k * w_k|   (order of summation differs)
 //   gemm_nt_bf16 bit-exact vs the same table's gemm_nt on the widened weights
 //   gemm_nt_q8  like gemm_nt vs the reference on the dequantized weights; bit-exact across M and splits
+//   gemm_nt_p16, _bf16p16  bit-exact vs the scalar table (one fma chain per element), across M and splits
 //   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
 //   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
 //   add         bit-exact; axpy |y - ref| <= 1e-6 * max(1, |ref|) (fma vs mul + add)
@@ -28,6 +29,7 @@
 
 #include "ir/dtype.h"
 #include "kernels/kernels.h"
+#include "util/panel.h"
 #include "util/quant.h"
 
 namespace k3::kernels {
@@ -190,6 +192,104 @@ TEST_P(KernelTest, GemmBf16EqualsF32OnWidenedWeights) {
       }
     }
   }
+}
+
+// ---- gemm_nt_p16 / gemm_nt_bf16p16 (panel layout) ---------------------------
+
+// Every table computes each panel-layout element as one FMA chain in k order
+// (the scalar table with std::fma), so all of them agree bit for bit, and
+// with the row-major reference within the gemm tolerance (which checks the
+// packing itself). Buffers are sized exactly: panel_count(N) * 16 * K.
+TEST_P(KernelTest, GemmPanelsBitExactVsReference) {
+  std::mt19937 rng(11);
+  for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
+    for (int64_t K : {0, 1, 7, 16, 17, 100, 513}) {
+      for (int64_t N : {1, 3, 15, 16, 17, 33, 64, 100}) {
+        const int64_t lda = K + (K % 2), ldc = N + 3;
+        const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
+        const auto W16 = random_bf16(N * K, rng);
+        const auto W = widen(W16);
+        const auto padded = static_cast<size_t>(panel_count(N) * ir::kPanelRows * K);
+        std::vector<float> P(padded);
+        std::vector<uint16_t> P16(padded);
+        pack_panels(W.data(), N, K, P.data());
+        pack_panels(W16.data(), N, K, P16.data());
+        std::vector<float> C(strided_size(M, N, ldc), -7.0f), C16(C), R(C), Rows(C);
+        t().gemm_nt_p16(M, 0, N, K, A.data(), lda, P.data(), C.data(), ldc);
+        t().gemm_nt_bf16p16(M, 0, N, K, A.data(), lda, P16.data(), C16.data(), ldc);
+        ref().gemm_nt_p16(M, 0, N, K, A.data(), lda, P.data(), R.data(), ldc);
+        ref().gemm_nt(M, 0, N, K, A.data(), lda, W.data(), K, Rows.data(), ldc);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            const int64_t i = m * ldc + n;
+            ASSERT_EQ(bits(C[i]), bits(R[i])) << "f32 M=" << M << " K=" << K << " N=" << N << " m=" << m << " n=" << n;
+            ASSERT_EQ(bits(C16[i]), bits(R[i])) << "bf16 M=" << M << " K=" << K << " N=" << N << " m=" << m;
+            float mag = 0.0f;
+            for (int64_t k = 0; k < K; ++k) mag += std::fabs(A[m * lda + k] * W[n * K + k]);
+            ASSERT_NEAR(C[i], Rows[i], 1e-5f * std::sqrt(static_cast<float>(K)) * mag) << "M=" << M << " K=" << K;
+          }
+          for (int64_t n = N; n < ldc && m * ldc + n < static_cast<int64_t>(C.size()); ++n) {
+            ASSERT_EQ(C[m * ldc + n], -7.0f) << "wrote outside [0, N)";
+            ASSERT_EQ(C16[m * ldc + n], -7.0f) << "wrote outside [0, N)";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Batched rows equal single-row calls, and any column split equals one
+// whole call, bit for bit, including splits that cut a panel.
+TEST_P(KernelTest, GemmPanelsBitExactAcrossBatchAndSplits) {
+  std::mt19937 rng(12);
+  constexpr int64_t N = 75;  // four whole panels and a partial one
+  for (int64_t K : {1, 17, 100, 513}) {
+    const auto W16 = random_bf16(N * K, rng);
+    std::vector<uint16_t> P16(static_cast<size_t>(panel_count(N) * ir::kPanelRows * K));
+    pack_panels(W16.data(), N, K, P16.data());
+    for (int64_t M : {5, 8, 13}) {
+      const auto A = random_vec(M * K, rng);
+      std::vector<float> whole(static_cast<size_t>(M * N));
+      t().gemm_nt_bf16p16(M, 0, N, K, A.data(), K, P16.data(), whole.data(), N);
+      std::vector<float> single(static_cast<size_t>(N));
+      for (int64_t m = 0; m < M; ++m) {
+        t().gemm_nt_bf16p16(1, 0, N, K, A.data() + m * K, K, P16.data(), single.data(), N);
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(bits(single[n]), bits(whole[m * N + n])) << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
+      }
+      for (int64_t step : {1, 5, 16, 21, 32}) {
+        std::vector<float> split(static_cast<size_t>(M * N), 0.0f);
+        for (int64_t n0 = 0; n0 < N; n0 += step)
+          t().gemm_nt_bf16p16(M, n0, n0 + step < N ? n0 + step : N, K, A.data(), K, P16.data(), split.data(), N);
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_EQ(bits(split[i]), bits(whole[i])) << "K=" << K << " M=" << M << " step=" << step;
+      }
+    }
+  }
+}
+
+TEST(PanelFormat, PackUnpackRoundTripsAndPadsWithZeros) {
+  std::mt19937 rng(13);
+  for (int64_t N : {1, 15, 16, 17, 40}) {
+    const int64_t K = 9;
+    const auto W16 = random_bf16(N * K, rng);
+    std::vector<uint16_t> P(static_cast<size_t>(panel_count(N) * ir::kPanelRows * K), 0xffff), back(W16.size());
+    pack_panels(W16.data(), N, K, P.data());
+    unpack_panels(P.data(), N, K, back.data());
+    EXPECT_EQ(back, W16) << "N=" << N;
+    // Every stored element is either a weight or zero padding: the padding
+    // count is exactly (16 * panels - N) * K.
+    size_t zeros = 0;
+    for (uint16_t v : P) zeros += v == 0;
+    size_t weight_zeros = 0;
+    for (uint16_t v : W16) weight_zeros += v == 0;
+    EXPECT_EQ(zeros - weight_zeros, static_cast<size_t>((panel_count(N) * ir::kPanelRows - N) * K)) << "N=" << N;
+    const auto bytes = ir::dtype_bytes(ir::DType::kBF16P16, std::vector<int64_t>{N, K});
+    ASSERT_TRUE(bytes.has_value());
+    EXPECT_EQ(*bytes, P.size() * 2) << "N=" << N;
+  }
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kF32P16, std::vector<int64_t>{4}).has_value()) << "not a matrix";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kF32P16, std::vector<int64_t>{INT64_MAX, 2}).has_value()) << "overflow";
 }
 
 // ---- gemm_nt_q8 ------------------------------------------------------------

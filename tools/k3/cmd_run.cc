@@ -68,8 +68,10 @@ const char* npy_descr(ir::DType t) {
       return "<f2";
     case ir::DType::kBF16:
       return nullptr;  // numpy has no bfloat16
-    case ir::DType::kQ8:
-      return nullptr;  // compiler weight format, never a run output
+    case ir::DType::kQ8:  // compiler weight formats, never a run output
+    case ir::DType::kF32P16:
+    case ir::DType::kBF16P16:
+      return nullptr;
   }
   return nullptr;
 }

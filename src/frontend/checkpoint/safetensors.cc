@@ -36,7 +36,10 @@ const char* dtype_tag(ir::DType t) {
     case ir::DType::kI8: return "I8";
     case ir::DType::kU8: return "U8";
     case ir::DType::kBool: return "BOOL";
-    case ir::DType::kQ8: return "?";  // compiler weight format, never in a safetensors file
+    case ir::DType::kQ8:  // compiler weight formats, never in a safetensors file
+    case ir::DType::kF32P16:
+    case ir::DType::kBF16P16:
+      return "?";
   }
   return "?";
 }

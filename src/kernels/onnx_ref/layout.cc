@@ -111,7 +111,9 @@ void write_elem(Tensor& t, int64_t i, bool src_float, double f, int64_t n) {
     case DType::kBool:
       t.mut<uint8_t>()[i] = src_float ? (f != 0) : (n != 0);
       break;
-    case DType::kQ8:  // compiler weight format, never an ONNX tensor
+    case DType::kQ8:  // compiler weight formats, never an ONNX tensor
+    case DType::kF32P16:
+    case DType::kBF16P16:
       break;
   }
 }

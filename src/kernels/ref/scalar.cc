@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "util/half.h"
+#include "util/panel.h"
 #include "util/quant.h"
 
 namespace k3::kernels {
@@ -37,6 +38,37 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
       C[m * ldc + n] = acc;
     }
   }
+}
+
+// gemm_nt with W in a panel layout (kernels.h, util/panel.h): each element
+// one std::fma chain in k order, which is what the SIMD lanes compute.
+template <class WT>
+void gemm_nt_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
+                    int64_t ldc) {
+  constexpr bool kBf16 = sizeof(WT) == 2;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        const WT w = W[panel_index(n, k, K, kBf16)];
+        float wf;
+        if constexpr (kBf16)
+          wf = bf16_to_f32(w);
+        else
+          wf = w;
+        acc = std::fma(A[m * lda + k], wf, acc);
+      }
+      C[m * ldc + n] = acc;
+    }
+  }
+}
+void gemm_nt_p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, float* C,
+                 int64_t ldc) {
+  gemm_nt_panels(M, n0, n1, K, A, lda, W, C, ldc);
+}
+void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                     float* C, int64_t ldc) {
+  gemm_nt_panels(M, n0, n1, K, A, lda, W, C, ldc);
 }
 
 // gemm_nt with W in the int8 block format (kernels.h): activations rounded
@@ -145,6 +177,8 @@ constexpr KernelTable kTable = {
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_q8 = gemm_nt_q8,
+    .gemm_nt_p16 = gemm_nt_p16,
+    .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

@@ -434,6 +434,158 @@ void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
 
 namespace {
 
+// ---- gemm_nt over panels ---------------------------------------------------
+
+// W in the panel layout (util/panel.h; not included: see the top of the
+// file): panel p = rows 16p..16p+15 of W stored k-major, so one k step of a
+// panel is 16 contiguous weights, two ymm. The tiles broadcast A[i, k] and
+// FMA it into 2 accumulators per panel: each output is one FMA chain over k
+// from k = 0, whatever the tile, M or column range (the kernels.h contract),
+// with no horizontal sums and 12 FMAs per 2 weight loads and 6 broadcasts in
+// the 6-row tile. bench/layout_study measures it against the 4x3 dot tile.
+constexpr int64_t kPanel = 16;
+// Decode tiles prefetch each of their streams this far ahead (about what the
+// row kernel's next-row prefetch reaches for bf16 rows of 512). 1, 2 and 4
+// KiB measured the same within noise.
+constexpr int64_t kPanelPrefetchBytes = 1024;
+
+inline void load_panel_row(const float* p, __m256& w0, __m256& w1) {
+  w0 = _mm256_loadu_ps(p);
+  w1 = _mm256_loadu_ps(p + 8);
+}
+// bf16 panels store columns 4-7 and 8-11 swapped, so interleaving zeros below
+// each 16-bit value inside the 128-bit halves yields columns 0-7 and 8-15 as
+// exact f32, one instruction per 8 weights.
+inline void load_panel_row(const uint16_t* p, __m256& w0, __m256& w1) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i z = _mm256_setzero_si256();
+  w0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, x));
+  w1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, x));
+}
+
+// C[0..MR, 16 * NP columns) = A[0..MR, :K] . (NP panels)^T. Panel j starts
+// at W + j * ps and its 16 outputs at C + j * pcs. If `prefetch`, each
+// panel's stream is prefetched into L2 kPanelPrefetchBytes ahead (past the
+// panel's end that is the next panel in memory; prefetches never fault).
+// Registers: 2 * MR * NP accumulators, 2 * NP weights and a broadcast: (6,1)
+// 15, (4,1) 11, (1,4) 17, which the compiler meets by loading each weight
+// just before its one use.
+template <class WT, int MR, int NP>
+void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps, float* C, int64_t ldc, int64_t pcs,
+                bool prefetch) {
+  __m256 acc[MR][2 * NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < 2 * NP; ++j) acc[i][j] = _mm256_setzero_ps();
+  constexpr int64_t kRowsPerLine = 64 / (kPanel * static_cast<int64_t>(sizeof(WT)));
+  constexpr int64_t kAhead = kPanelPrefetchBytes / (kPanel * static_cast<int64_t>(sizeof(WT)));
+  for (int64_t k = 0; k < K; ++k) {
+    if (prefetch && k % kRowsPerLine == 0) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NP; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(W + j * ps + (k + kAhead) * kPanel), _MM_HINT_T1);
+    }
+    __m256 w[2 * NP];
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) load_panel_row(W + j * ps + k * kPanel, w[2 * j], w[2 * j + 1]);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(A + i * lda + k);
+#pragma GCC unroll 8
+      for (int j = 0; j < 2 * NP; ++j) acc[i][j] = _mm256_fmadd_ps(a, w[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) {
+      _mm256_storeu_ps(C + i * ldc + j * pcs, acc[i][2 * j]);
+      _mm256_storeu_ps(C + i * ldc + j * pcs + 8, acc[i][2 * j + 1]);
+    }
+}
+
+template <class WT>
+using PanelTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, bool);
+constexpr int64_t kPanelMr = 6;     // rows per tile for M > 8 (12 accumulators)
+constexpr int64_t kPanelMrDec = 4;  // rows per tile for M <= 8 (the tile that then keeps pace with memory)
+template <class WT>
+constexpr PanelTileFn<WT> kPanelTiles[kPanelMr] = {panel_tile<WT, 1, 1>, panel_tile<WT, 2, 1>, panel_tile<WT, 3, 1>,
+                                                   panel_tile<WT, 4, 1>, panel_tile<WT, 5, 1>, panel_tile<WT, 6, 1>};
+
+// C[M, 16 * p0 .. 16 * p1) over whole panels p0 <= p < p1.
+//   M == 1: four panels a quarter of the range apart per tile, four memory
+//           streams (as the row kernel's far tiles), then the remainder.
+//   M <= 8: 4-row tiles panel by panel; the first row tile of a panel
+//           prefetches ahead, the later ones find the panel in cache.
+//   M > 8:  6-row tiles; each panel is reused from cache by all of them.
+template <class WT>
+void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
+                       int64_t ldc) {
+  const int64_t ps = K * kPanel;
+  if (M == 1) {
+    const int64_t q = (p1 - p0) / 4;
+    for (int64_t i = 0; i < q; ++i) {
+      const int64_t p = p0 + i;
+      panel_tile<WT, 1, 4>(K, A, lda, W + p * ps, q * ps, C + p * kPanel, ldc, q * kPanel, true);
+    }
+    for (int64_t p = p0 + 4 * q; p < p1; ++p)
+      panel_tile<WT, 1, 1>(K, A, lda, W + p * ps, ps, C + p * kPanel, ldc, kPanel, true);
+    return;
+  }
+  const int64_t mr_max = M <= kFarMaxM ? kPanelMrDec : kPanelMr;
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t m = 0; m < M; m += mr_max) {
+      const int64_t mr = min64(mr_max, M - m);
+      kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel,
+                              m == 0 && M <= kFarMaxM);
+    }
+  }
+}
+
+// Columns [c0, c1) of panel p (a range edge that cuts a panel): the whole
+// panel is computed into a stack tile and the wanted columns copied out.
+template <class WT>
+void gemm_panel_part(int64_t M, int64_t p, int64_t c0, int64_t c1, int64_t K, const float* A, int64_t lda, const WT* W,
+                     float* C, int64_t ldc) {
+  alignas(32) float tmp[kPanelMr * kPanel];
+  const int64_t ps = K * kPanel;
+  for (int64_t m = 0; m < M; m += kPanelMr) {
+    const int64_t mr = min64(kPanelMr, M - m);
+    kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, tmp, kPanel, kPanel, false);
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t c = c0; c < c1; ++c) C[(m + i) * ldc + p * kPanel + c] = tmp[i * kPanel + c];
+  }
+}
+
+template <class WT>
+void gemm_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
+                 int64_t ldc) {
+  if (n0 >= n1 || M <= 0) return;
+  const int64_t first_whole = (n0 + kPanel - 1) / kPanel, end_whole = n1 / kPanel;
+  if (first_whole > end_whole) {  // the range lies inside one panel
+    gemm_panel_part(M, n0 / kPanel, n0 % kPanel, n1 % kPanel, K, A, lda, W, C, ldc);
+    return;
+  }
+  if (n0 % kPanel != 0) gemm_panel_part(M, n0 / kPanel, n0 % kPanel, kPanel, K, A, lda, W, C, ldc);
+  gemm_panels_whole(M, first_whole, end_whole, K, A, lda, W, C, ldc);
+  if (n1 % kPanel != 0) gemm_panel_part(M, end_whole, int64_t{0}, n1 % kPanel, K, A, lda, W, C, ldc);
+}
+
+}  // namespace
+
+void gemm_nt_p16_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W,
+                      float* C, int64_t ldc) {
+  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
+}
+
+void gemm_nt_bf16p16_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                          float* C, int64_t ldc) {
+  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
+}
+
+namespace {
+
 // ---- element-wise ----------------------------------------------------------
 
 // y[i] = f(x[i]) for i < n, 8 lanes at a time, masked tail. y may alias x.
@@ -699,6 +851,8 @@ constexpr KernelTable kTable = {
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_q8 = gemm_nt_q8_avx2,
+    .gemm_nt_p16 = gemm_nt_p16_avx2,
+    .gemm_nt_bf16p16 = gemm_nt_bf16p16_avx2,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

@@ -476,6 +476,12 @@ constexpr KernelTable kTable = {
     // The AVX2 int8 kernel: its integer multiply-adds already keep decode
     // memory-bound, and it is the one tested on the machines CI runs on.
     .gemm_nt_q8 = gemm_nt_q8_avx2,
+    // The AVX2 panel kernels. A 16-wide panel row is one zmm, so an AVX-512
+    // version would halve the loads, but it could not be measured or tested
+    // on the machines this is developed and tested on; the AVX2 one keeps
+    // panel results identical across the two tables.
+    .gemm_nt_p16 = gemm_nt_p16_avx2,
+    .gemm_nt_bf16p16 = gemm_nt_bf16p16_avx2,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,
