@@ -55,10 +55,12 @@ StatusOr<CompiledModel> compile_checkpoint(const std::string& dir, const Compile
   K3_ASSIGN_OR_RETURN(passes::PipelineReport rp, passes::run_pipeline(m.prefill, pipeline));
   m.reports.emplace_back("decode", std::move(rd));
   m.reports.emplace_back("prefill", std::move(rp));
-  m.compile_flags = "batch=" + std::to_string(s.n_slots) + " seq=" + std::to_string(s.prefill_tokens) +
-                    " ctx=" + std::to_string(s.ctx_len) + " precision=" + options.precision +
-                    " opt-level=" + std::to_string(options.pipeline.opt_level) +
-                    (options.moe_dense ? " moe-dense" : "");
+  m.compile_flags =
+      "batch=" + std::to_string(s.n_slots) + " seq=" + std::to_string(s.prefill_tokens) +
+      " ctx=" + std::to_string(s.ctx_len) + " precision=" + options.precision +
+      " opt-level=" + std::to_string(options.pipeline.opt_level) +
+      (options.pipeline.weight_layout != "rows" ? " weight-layout=" + options.pipeline.weight_layout : "") +
+      (options.moe_dense ? " moe-dense" : "");
   m.storage = ck;
   return m;
 }

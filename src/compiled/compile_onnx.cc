@@ -83,7 +83,8 @@ StatusOr<CompiledModel> compile_onnx(const std::string& path, const CompileOptio
   std::string dims;
   for (const auto& [name, value] : pipeline.dims) dims += " " + name + "=" + std::to_string(value);
   m.compile_flags = "onnx batch=" + std::to_string(m.shapes.n_slots) + " ctx=" + std::to_string(m.shapes.ctx_len) +
-                    dims + " precision=" + options.precision + " opt-level=" + std::to_string(pipeline.opt_level);
+                    dims + " precision=" + options.precision + " opt-level=" + std::to_string(pipeline.opt_level) +
+                    (pipeline.weight_layout != "rows" ? " weight-layout=" + pipeline.weight_layout : "");
   return m;
 }
 

@@ -30,10 +30,12 @@ Status expect(const Value& v, DType dtype, size_t rank, const char* what) {
 }
 
 // Matrix weights of Linear and of MoE experts: f32, or bf16 / q8 after the
-// compiler's weight-precision pass (the kernels widen or dequantize on load).
+// compiler's weight-precision pass (the kernels widen or dequantize on load),
+// or f32 / bf16 panels after pack-weights.
 Status expect_matrix_weight(const Value& v, const char* what) {
-  if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kQ8)
-    return invalid_argument(std::string(what) + " " + v.name + " must be f32, bf16 or q8, is " +
+  if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kQ8 && v.dtype != DType::kF32P16 &&
+      v.dtype != DType::kBF16P16)
+    return invalid_argument(std::string(what) + " " + v.name + " must be f32, bf16, q8, f32p16 or bf16p16, is " +
                             std::string(dtype_name(v.dtype)));
   if (v.shape.size() != 2)
     return invalid_argument(std::string(what) + " " + v.name + " must have rank 2, has shape " + shape_to_string(v.shape));

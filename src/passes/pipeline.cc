@@ -17,6 +17,7 @@
 #include "passes/fuse_rms_norm.h"
 #include "passes/fuse_rope.h"
 #include "passes/lower_to_plan.h"
+#include "passes/pack_weights.h"
 #include "passes/specialize_shapes.h"
 #include "passes/weight_precision.h"
 
@@ -87,6 +88,12 @@ const std::vector<Entry>& entries() {
       // user's choice of format, not an optimization, and running it after
       // every rewrite converts exactly the weights that remain.
       {0, [](const PipelineOptions& o) { return std::make_unique<WeightPrecision>(o.precision); }},
+      // pack-weights after weight-precision: it lays out the bytes the
+      // precision pass chose (f32 or bf16; int8 keeps its own row format),
+      // and only for the Linear and Moe nodes that remain. Like the
+      // precision, the layout is the user's choice (--weight-layout), so it
+      // runs at every level.
+      {0, [](const PipelineOptions& o) { return std::make_unique<PackWeights>(o.weight_layout); }},
   };
   return list;
 }
@@ -108,6 +115,8 @@ Status check_pipeline_options(const PipelineOptions& options) {
     return invalid_argument("--opt-level must be 0, 1, 2 or 3 (got " + std::to_string(options.opt_level) + ")");
   if (options.precision != "fp32" && options.precision != "bf16" && options.precision != "int8")
     return unimplemented("precision '" + options.precision + "' is not supported (fp32, bf16, int8)");
+  if (options.weight_layout != "rows" && options.weight_layout != "panels")
+    return invalid_argument("--weight-layout must be rows or panels (got '" + options.weight_layout + "')");
   const std::vector<PassInfo> known = list_passes();
   for (const std::string& d : options.disabled) {
     const bool found = std::any_of(known.begin(), known.end(), [&](const PassInfo& p) { return p.name == d; });

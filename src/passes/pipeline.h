@@ -26,7 +26,8 @@ std::vector<PassInfo> list_passes();
 struct PipelineOptions {
   int opt_level = 3;                  // 0..3
   std::vector<std::string> disabled;  // pass names (--disable-pass)
-  std::string precision = "fp32";     // weight precision (--precision): fp32 | bf16
+  std::string precision = "fp32";     // weight precision (--precision): fp32 | bf16 | int8
+  std::string weight_layout = "rows";  // matrix layout (--weight-layout): rows | panels (pack-weights)
   // Symbolic input dims fixed by --input-shape (dim_param name -> value),
   // e.g. {"batch", 1}, {"seq", 1}, {"past", 127}; empty: none.
   std::vector<std::pair<std::string, int64_t>> dims = {};
@@ -40,7 +41,8 @@ struct PipelineOptions {
   } plan = {};
 };
 
-// Unknown pass names or an opt level outside 0..3 -> error naming it.
+// Unknown pass names, an opt level outside 0..3, an unknown precision or
+// weight layout -> error naming it.
 Status check_pipeline_options(const PipelineOptions& options);
 
 struct PassRecord {

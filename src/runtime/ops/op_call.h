@@ -36,13 +36,18 @@ struct OpCall {
 using OpFn = void (*)(const OpCall&);
 
 // C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T for a weight argument stored as
-// f32 or bf16 ([N, K], dense rows) or int8 blocks (ir::DType::kQ8).
+// f32 or bf16 ([N, K], dense rows), int8 blocks (ir::DType::kQ8) or f32 /
+// bf16 panels (ir::DType::kF32P16 / kBF16P16, util/panel.h).
 inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
                         int64_t lda, const TensorArg& w, float* C, int64_t ldc) {
   if (w.value->dtype == ir::DType::kBF16)
     kt->gemm_nt_bf16(M, n0, n1, K, A, lda, static_cast<const uint16_t*>(w.data), K, C, ldc);
   else if (w.value->dtype == ir::DType::kQ8)
     kt->gemm_nt_q8(M, n0, n1, K, A, lda, static_cast<const uint8_t*>(w.data), C, ldc);
+  else if (w.value->dtype == ir::DType::kBF16P16)
+    kt->gemm_nt_bf16p16(M, n0, n1, K, A, lda, static_cast<const uint16_t*>(w.data), C, ldc);
+  else if (w.value->dtype == ir::DType::kF32P16)
+    kt->gemm_nt_p16(M, n0, n1, K, A, lda, static_cast<const float*>(w.data), C, ldc);
   else
     kt->gemm_nt(M, n0, n1, K, A, lda, w.f32(), K, C, ldc);
 }

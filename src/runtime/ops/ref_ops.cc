@@ -10,6 +10,7 @@
 
 #include "runtime/ops/op_call.h"
 #include "util/half.h"
+#include "util/panel.h"
 #include "util/quant.h"
 
 namespace k3::runtime {
@@ -79,6 +80,19 @@ WeightF32 weight_f32(const TensorArg& w) {
     const auto row_bytes = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(w.cols())));
     for (int64_t r = 0; r < w.dim(0); ++r)
       dequantize_q8_row(static_cast<const uint8_t*>(w.data) + r * row_bytes, w.cols(), out.owned.data() + r * w.cols());
+    out.data = out.owned.data();
+    return out;
+  }
+  if (w.value->dtype == ir::DType::kF32P16 || w.value->dtype == ir::DType::kBF16P16) {
+    std::vector<float> rows(static_cast<size_t>(n));
+    if (w.value->dtype == ir::DType::kF32P16) {
+      unpack_panels(static_cast<const float*>(w.data), w.dim(0), w.cols(), rows.data());
+    } else {
+      std::vector<uint16_t> h(static_cast<size_t>(n));
+      unpack_panels(static_cast<const uint16_t*>(w.data), w.dim(0), w.cols(), h.data());
+      for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = bf16_to_f32(h[static_cast<size_t>(i)]);
+    }
+    WeightF32 out{std::move(rows), nullptr};
     out.data = out.owned.data();
     return out;
   }

@@ -1,0 +1,25 @@
+// pack-weights: see pack_weights.cc.
+#pragma once
+
+#include <string>
+
+#include "passes/pass.h"
+
+namespace k3::passes {
+
+class PackWeights final : public Pass {
+ public:
+  // "rows": a no-op (the kernels' default layout); "panels": pack.
+  explicit PackWeights(std::string layout = "panels") : layout_(std::move(layout)) {}
+  std::string_view name() const override { return "pack-weights"; }
+  std::string_view summary() const override {
+    return "store f32/bf16 Linear and expert matrices as k-major panels of 16 rows (one FMA chain per output, "
+           "no horizontal sums)";
+  }
+  StatusOr<bool> run(ir::Graph& g) override;
+
+ private:
+  std::string layout_;
+};
+
+}  // namespace k3::passes

@@ -1,0 +1,264 @@
+// pack-weights pass: which matrices become panels, a must-not-pack test per
+// guard, the packed bytes, and numerical equivalence of a packed model to
+// the row-layout one (within float summation-order differences), its fast
+// ops to the reference ops, and its greedy tokens to the row layout's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../runtime/test_models.h"
+#include "compiled/compiled_model.h"
+#include "passes/pack_weights.h"
+#include "passes/pipeline.h"
+#include "passes/weight_precision.h"
+#include "runtime/engine.h"
+#include "util/half.h"
+#include "util/panel.h"
+
+namespace k3::passes {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+using ir::RowDim;
+
+std::vector<float>& weights() {
+  static std::vector<float> w = [] {
+    std::vector<float> v(4096);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::cos(static_cast<float>(i)) * 0.1f;
+    return v;
+  }();
+  return w;
+}
+
+int node(ir::Graph& g, OpKind op, const std::string& name, std::vector<int> in, std::vector<ir::Attr> attrs = {}) {
+  auto r = g.add_node(op, name, std::move(in), std::move(attrs));
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? (*r)[0] : -1;
+}
+
+// tokens -> Embedding(table) -> Linear(w [20,8]) -> Moe(gate, 2 experts) -> Linear(table) (tied)
+ir::Graph small_graph() {
+  ir::Graph g;
+  const float* w = weights().data();
+  const int tokens = g.add_input("tokens", DType::kI32, {2}, RowDim::kTokens);
+  const int table = g.add_weight("table", DType::kF32, {16, 20}, w);
+  const int x = node(g, OpKind::kEmbedding, "embed", {table, tokens});
+  const int h = node(g, OpKind::kLinear, "proj", {x, g.add_weight("proj.weight", DType::kF32, {20, 20}, w + 7)});
+  std::vector<int> moe_in{h, g.add_weight("gate", DType::kF32, {2, 20}, w + 11)};
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {12, 20}, w + 500 * e));
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {20, 12}, w + 500 * e + 250));
+  }
+  const int y = node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}});
+  g.mark_output(node(g, OpKind::kLinear, "output", {y, table}));
+  return g;
+}
+
+const ir::Value& input_of(const ir::Graph& g, const std::string& node_name, size_t i) {
+  for (const ir::Node& n : g.nodes())
+    if (n.name == node_name) return g.value(n.inputs[i]);
+  ADD_FAILURE() << "no node " << node_name;
+  return g.value(0);
+}
+
+TEST(PackWeights, PacksLinearAndExpertMatrices) {
+  ir::Graph g = small_graph();
+  PackWeights pass;
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kF32P16);
+  EXPECT_EQ(input_of(g, "output", 1).dtype, DType::kF32P16);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kF32P16) << i;
+  // The bytes are util/panel.h's layout of the original rows: [20, 20] is a
+  // whole panel and a padded one, 32 * 20 floats.
+  const ir::Value& v = input_of(g, "proj", 1);
+  EXPECT_EQ(v.shape, (std::vector<int64_t>{20, 20}));
+  ASSERT_EQ(v.bytes(), 32u * 20u * 4u);
+  std::vector<float> rows(20 * 20);
+  unpack_panels(static_cast<const float*>(v.data), 20, 20, rows.data());
+  EXPECT_EQ(std::memcmp(rows.data(), weights().data() + 7, rows.size() * 4), 0);
+  // A second run changes nothing.
+  auto again = PackWeights().run(g);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again);
+}
+
+TEST(PackWeights, PacksBf16AfterWeightPrecision) {
+  ir::Graph g = small_graph();
+  ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
+  auto changed = PackWeights().run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  const ir::Value& v = input_of(g, "proj", 1);
+  EXPECT_EQ(v.dtype, DType::kBF16P16);
+  ASSERT_EQ(v.bytes(), 32u * 20u * 2u);
+  std::vector<uint16_t> rows(20 * 20);
+  unpack_panels(static_cast<const uint16_t*>(v.data), 20, 20, rows.data());
+  for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], f32_to_bf16(weights()[7 + i])) << i;
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16P16) << i;
+}
+
+TEST(PackWeights, RowsIsANoOpAndOthersAreRefused) {
+  ir::Graph g = small_graph();
+  auto rows = PackWeights("rows").run(g);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_FALSE(*rows);
+  EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kF32);
+  auto bad = PackWeights("tiles").run(g);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tiles"), std::string::npos);
+  PipelineOptions o;
+  o.weight_layout = "tiles";
+  const Status s = check_pipeline_options(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--weight-layout"), std::string::npos);
+}
+
+TEST(PackWeights, MustNotPackGate) {
+  ir::Graph g = small_graph();
+  ASSERT_TRUE(PackWeights().run(g).ok());
+  EXPECT_EQ(input_of(g, "moe", 1).dtype, DType::kF32);
+}
+
+TEST(PackWeights, MustNotPackTiedWeightForItsOtherReader) {
+  // "table" is the embedding table and the output projection: the output
+  // reads a packed copy, the embedding keeps reading rows.
+  ir::Graph g = small_graph();
+  ASSERT_TRUE(PackWeights().run(g).ok());
+  EXPECT_EQ(input_of(g, "embed", 0).dtype, DType::kF32);
+  EXPECT_EQ(input_of(g, "embed", 0).data, weights().data());
+  EXPECT_EQ(input_of(g, "output", 1).dtype, DType::kF32P16);
+}
+
+TEST(PackWeights, MustNotPackActivationsOrInt8) {
+  ir::Graph g;
+  const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
+  const int a = g.add_input("w_act", DType::kF32, {32, 32}, RowDim::kFixed);  // weight fed at run time
+  const int y = node(g, OpKind::kLinear, "act", {x, a});
+  g.mark_output(node(g, OpKind::kLinear, "q8", {y, g.add_weight("w", DType::kF32, {32, 32}, weights().data())}));
+  ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
+  ASSERT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8);
+  auto changed = PackWeights().run(g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+  EXPECT_EQ(input_of(g, "act", 1).dtype, DType::kF32);
+  EXPECT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8);
+}
+
+TEST(PackWeights, MustNotPackAnInt8Moe) {
+  // Experts quantized to int8 keep their row format, and the pass notes why.
+  ir::Graph g;
+  const float* w = weights().data();
+  const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
+  std::vector<int> moe_in{x, g.add_weight("gate", DType::kF32, {2, 32}, w)};
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {32, 32}, w + 100 * e));
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {32, 32}, w + 100 * e + 50));
+  }
+  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+  ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
+  PackWeights pass;
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_FALSE(*changed);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kQ8) << i;
+  EXPECT_EQ(input_of(g, "moe", 1).dtype, DType::kF32);
+  ASSERT_EQ(pass.stats().notes.size(), 1u);
+  EXPECT_NE(pass.stats().notes[0].find("moe"), std::string::npos);
+}
+
+// End to end on k3-tiny: the packed model against the row-layout one. The
+// panel kernels sum in another order, so logits move by float rounding only;
+// the fast ops match the reference ops on the packed weights; and greedy
+// decoding picks the same tokens.
+std::unique_ptr<runtime::Engine> engine(const std::string& precision, bool pack, bool reference) {
+  CompileOptions o;
+  o.prefill_chunk = 16;
+  o.ctx_len = 64;
+  o.precision = precision;
+  o.pipeline.weight_layout = pack ? "panels" : "rows";
+  auto m = compile_checkpoint(k3::testing::model_dir("k3-tiny"), o);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  runtime::EngineOptions eo;
+  eo.threads = 2;
+  eo.reference = reference;
+  auto e = runtime::Engine::create(std::move(m).value(), eo);
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return std::move(e).value();
+}
+
+std::vector<float> last_logits(runtime::Engine& e, const std::vector<int32_t>& toks) {
+  const int64_t n = static_cast<int64_t>(toks.size());
+  std::vector<int32_t> p(toks.size()), s(toks.size(), 0);
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  const int32_t row = static_cast<int32_t>(n - 1);
+  auto r = e.step({toks.data(), p.data(), s.data(), n, &row, 1});
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? std::vector<float>(*r, *r + e.config().vocab_size) : std::vector<float>{};
+}
+
+void expect_packed_equals_rows(const std::string& precision) {
+  const std::vector<int32_t> prompt{5, 17, 42, 99, 3, 1};
+  auto rows = engine(precision, false, false);
+  auto packed = engine(precision, true, false);
+  auto ref = engine(precision, true, true);
+  const auto a = last_logits(*rows, prompt), b = last_logits(*packed, prompt), r = last_logits(*ref, prompt);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(b.size(), r.size());
+  float max_abs = 0, err_rows = 0, err_ref = 0;
+  size_t argmax_a = 0, argmax_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(a[i]));
+    err_rows = std::max(err_rows, std::fabs(a[i] - b[i]));
+    err_ref = std::max(err_ref, std::fabs(r[i] - b[i]));
+    if (a[i] > a[argmax_a]) argmax_a = i;
+    if (b[i] > b[argmax_b]) argmax_b = i;
+  }
+  EXPECT_LE(err_rows, 1e-4f * std::max(1.0f, max_abs)) << precision;
+  EXPECT_LE(err_ref, 1e-4f * std::max(1.0f, max_abs)) << precision;
+  EXPECT_EQ(argmax_a, argmax_b) << precision;
+}
+
+// The determinism contract holds in the panel layout too: a prompt prefilled
+// in chunks of 16 gives the same logits, bit for bit, as one token per step.
+TEST(PackWeights, PackedModelChunkedPrefillEqualsTokenByToken) {
+  auto chunked = engine("bf16", true, false);
+  auto single = engine("bf16", true, false);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 512);
+  auto feed = [](runtime::Engine& e, int32_t pos0, const std::vector<int32_t>& toks) {
+    std::vector<int32_t> p(toks.size()), s(toks.size(), 0);
+    for (size_t i = 0; i < toks.size(); ++i) p[i] = pos0 + static_cast<int32_t>(i);
+    const int32_t row = static_cast<int32_t>(toks.size()) - 1;
+    auto r = e.step({toks.data(), p.data(), s.data(), static_cast<int64_t>(toks.size()), &row, 1});
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? std::vector<float>(*r, *r + e.config().vocab_size) : std::vector<float>{};
+  };
+  std::vector<float> a, b;
+  for (size_t b0 = 0; b0 < prompt.size(); b0 += 16) {
+    const size_t b1 = std::min(prompt.size(), b0 + 16);
+    a = feed(*chunked, static_cast<int32_t>(b0),
+             std::vector<int32_t>(prompt.begin() + static_cast<long>(b0), prompt.begin() + static_cast<long>(b1)));
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) b = feed(*single, static_cast<int32_t>(i), {prompt[i]});
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+}
+
+TEST(PackWeights, PackedFp32ModelMatchesRowsAndReferenceOps) {
+  expect_packed_equals_rows("fp32");
+}
+
+TEST(PackWeights, PackedBf16ModelMatchesRowsAndReferenceOps) {
+  expect_packed_equals_rows("bf16");
+}
+
+}  // namespace
+}  // namespace k3::passes
