@@ -9,12 +9,10 @@
 #include <cstring>
 #include <vector>
 
-#include "../runtime/test_models.h"
-#include "compiled/compiled_model.h"
 #include "passes/pack_weights.h"
 #include "passes/pipeline.h"
 #include "passes/weight_precision.h"
-#include "runtime/engine.h"
+#include "passes/weight_test_util.h"
 #include "util/half.h"
 #include "util/panel.h"
 
@@ -25,44 +23,17 @@ using ir::DType;
 using ir::OpKind;
 using ir::RowDim;
 
-std::vector<float>& weights() {
-  static std::vector<float> w = [] {
-    std::vector<float> v(4096);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = std::cos(static_cast<float>(i)) * 0.1f;
-    return v;
-  }();
-  return w;
+using test::input_of;
+using test::node;
+using test::step_logits;
+
+const std::vector<float>& weights() {
+  return test::test_weights();
 }
 
-int node(ir::Graph& g, OpKind op, const std::string& name, std::vector<int> in, std::vector<ir::Attr> attrs = {}) {
-  auto r = g.add_node(op, name, std::move(in), std::move(attrs));
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? (*r)[0] : -1;
-}
-
-// tokens -> Embedding(table) -> Linear(w [20,8]) -> Moe(gate, 2 experts) -> Linear(table) (tied)
+// d = 20: a whole panel and a padded one; experts of width 12.
 ir::Graph small_graph() {
-  ir::Graph g;
-  const float* w = weights().data();
-  const int tokens = g.add_input("tokens", DType::kI32, {2}, RowDim::kTokens);
-  const int table = g.add_weight("table", DType::kF32, {16, 20}, w);
-  const int x = node(g, OpKind::kEmbedding, "embed", {table, tokens});
-  const int h = node(g, OpKind::kLinear, "proj", {x, g.add_weight("proj.weight", DType::kF32, {20, 20}, w + 7)});
-  std::vector<int> moe_in{h, g.add_weight("gate", DType::kF32, {2, 20}, w + 11)};
-  for (int e = 0; e < 2; ++e) {
-    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {12, 20}, w + 500 * e));
-    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {20, 12}, w + 500 * e + 250));
-  }
-  const int y = node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}});
-  g.mark_output(node(g, OpKind::kLinear, "output", {y, table}));
-  return g;
-}
-
-const ir::Value& input_of(const ir::Graph& g, const std::string& node_name, size_t i) {
-  for (const ir::Node& n : g.nodes())
-    if (n.name == node_name) return g.value(n.inputs[i]);
-  ADD_FAILURE() << "no node " << node_name;
-  return g.value(0);
+  return test::tied_moe_graph(20, 12);
 }
 
 TEST(PackWeights, PacksLinearAndExpertMatrices) {
@@ -179,29 +150,7 @@ TEST(PackWeights, MustNotPackAnInt8Moe) {
 // the fast ops match the reference ops on the packed weights; and greedy
 // decoding picks the same tokens.
 std::unique_ptr<runtime::Engine> engine(const std::string& precision, bool pack, bool reference) {
-  CompileOptions o;
-  o.prefill_chunk = 16;
-  o.ctx_len = 64;
-  o.precision = precision;
-  o.pipeline.weight_layout = pack ? "panels" : "rows";
-  auto m = compile_checkpoint(k3::testing::model_dir("k3-tiny"), o);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  runtime::EngineOptions eo;
-  eo.threads = 2;
-  eo.reference = reference;
-  auto e = runtime::Engine::create(std::move(m).value(), eo);
-  EXPECT_TRUE(e.ok()) << e.status().message();
-  return std::move(e).value();
-}
-
-std::vector<float> last_logits(runtime::Engine& e, const std::vector<int32_t>& toks) {
-  const int64_t n = static_cast<int64_t>(toks.size());
-  std::vector<int32_t> p(toks.size()), s(toks.size(), 0);
-  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  const int32_t row = static_cast<int32_t>(n - 1);
-  auto r = e.step({toks.data(), p.data(), s.data(), n, &row, 1});
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? std::vector<float>(*r, *r + e.config().vocab_size) : std::vector<float>{};
+  return test::tiny_engine(precision, pack ? "panels" : "rows", reference);
 }
 
 void expect_packed_equals_rows(const std::string& precision) {
@@ -209,7 +158,7 @@ void expect_packed_equals_rows(const std::string& precision) {
   auto rows = engine(precision, false, false);
   auto packed = engine(precision, true, false);
   auto ref = engine(precision, true, true);
-  const auto a = last_logits(*rows, prompt), b = last_logits(*packed, prompt), r = last_logits(*ref, prompt);
+  const auto a = step_logits(*rows, 0, prompt), b = step_logits(*packed, 0, prompt), r = step_logits(*ref, 0, prompt);
   ASSERT_EQ(a.size(), b.size());
   ASSERT_EQ(b.size(), r.size());
   float max_abs = 0, err_rows = 0, err_ref = 0;
@@ -233,21 +182,14 @@ TEST(PackWeights, PackedModelChunkedPrefillEqualsTokenByToken) {
   auto single = engine("bf16", true, false);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 512);
-  auto feed = [](runtime::Engine& e, int32_t pos0, const std::vector<int32_t>& toks) {
-    std::vector<int32_t> p(toks.size()), s(toks.size(), 0);
-    for (size_t i = 0; i < toks.size(); ++i) p[i] = pos0 + static_cast<int32_t>(i);
-    const int32_t row = static_cast<int32_t>(toks.size()) - 1;
-    auto r = e.step({toks.data(), p.data(), s.data(), static_cast<int64_t>(toks.size()), &row, 1});
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? std::vector<float>(*r, *r + e.config().vocab_size) : std::vector<float>{};
-  };
   std::vector<float> a, b;
   for (size_t b0 = 0; b0 < prompt.size(); b0 += 16) {
     const size_t b1 = std::min(prompt.size(), b0 + 16);
-    a = feed(*chunked, static_cast<int32_t>(b0),
-             std::vector<int32_t>(prompt.begin() + static_cast<long>(b0), prompt.begin() + static_cast<long>(b1)));
+    a = step_logits(
+        *chunked, static_cast<int32_t>(b0),
+        std::vector<int32_t>(prompt.begin() + static_cast<long>(b0), prompt.begin() + static_cast<long>(b1)));
   }
-  for (size_t i = 0; i < prompt.size(); ++i) b = feed(*single, static_cast<int32_t>(i), {prompt[i]});
+  for (size_t i = 0; i < prompt.size(); ++i) b = step_logits(*single, static_cast<int32_t>(i), {prompt[i]});
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a, b);
 }

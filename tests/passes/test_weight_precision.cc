@@ -8,10 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "../runtime/test_models.h"
-#include "compiled/compiled_model.h"
 #include "passes/weight_precision.h"
-#include "runtime/engine.h"
+#include "passes/weight_test_util.h"
 #include "util/half.h"
 #include "util/quant.h"
 
@@ -22,45 +20,20 @@ using ir::DType;
 using ir::OpKind;
 using ir::RowDim;
 
-std::vector<float>& weights() {
-  static std::vector<float> w = [] {
-    std::vector<float> v(4096);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i)) * 0.1f;
-    return v;
-  }();
-  return w;
+using test::input_of;
+using test::node;
+using test::step_logits;
+
+const std::vector<float>& weights() {
+  return test::test_weights();
 }
 
-int node(ir::Graph& g, OpKind op, const std::string& name, std::vector<int> in, std::vector<ir::Attr> attrs = {}) {
-  auto r = g.add_node(op, name, std::move(in), std::move(attrs));
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? (*r)[0] : -1;
-}
-
-// tokens -> Embedding(table) -> Linear(w) -> Moe(gate, 2 experts) -> Linear(table) (tied)
 ir::Graph small_graph() {
-  ir::Graph g;
-  const float* w = weights().data();
-  const int tokens = g.add_input("tokens", DType::kI32, {2}, RowDim::kTokens);
-  const int table = g.add_weight("table", DType::kF32, {16, 8}, w);
-  const int x = node(g, OpKind::kEmbedding, "embed", {table, tokens});
-  const int wq = g.add_weight("proj.weight", DType::kF32, {8, 8}, w + 7);
-  const int h = node(g, OpKind::kLinear, "proj", {x, wq});
-  std::vector<int> moe_in{h, g.add_weight("gate", DType::kF32, {2, 8}, w + 11)};
-  for (int e = 0; e < 2; ++e) {
-    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {4, 8}, w + 100 * e));
-    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {8, 4}, w + 100 * e + 50));
-  }
-  const int y = node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}});
-  g.mark_output(node(g, OpKind::kLinear, "output", {y, table}));
-  return g;
+  return test::tied_moe_graph(8, 4);
 }
 
 DType dtype_of_input(const ir::Graph& g, const std::string& node_name, size_t i) {
-  for (const ir::Node& n : g.nodes())
-    if (n.name == node_name) return g.value(n.inputs[i]).dtype;
-  ADD_FAILURE() << "no node " << node_name;
-  return DType::kF32;
+  return input_of(g, node_name, i).dtype;
 }
 
 TEST(WeightPrecision, ConvertsLinearAndExpertWeightsToBf16) {
@@ -202,28 +175,11 @@ TEST(WeightPrecision, Fp32IsANoOpAndOthersAreRefused) {
 // mantissa: relative weight error <= 2^-9), and the fast bf16 ops agree with
 // the reference ops on the same bf16 weights.
 std::vector<float> last_logits(runtime::Engine& e, const std::vector<int32_t>& toks) {
-  const int64_t n = static_cast<int64_t>(toks.size());
-  std::vector<int32_t> p(toks.size()), s(toks.size(), 0);
-  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  const int32_t row = static_cast<int32_t>(n - 1);
-  auto r = e.step({toks.data(), p.data(), s.data(), n, &row, 1});
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? std::vector<float>(*r, *r + e.config().vocab_size) : std::vector<float>{};
+  return step_logits(e, 0, toks);
 }
 
 std::unique_ptr<runtime::Engine> engine(const std::string& precision, bool reference) {
-  CompileOptions o;
-  o.prefill_chunk = 16;
-  o.ctx_len = 64;
-  o.precision = precision;
-  auto m = compile_checkpoint(k3::testing::model_dir("k3-tiny"), o);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  runtime::EngineOptions eo;
-  eo.threads = 2;
-  eo.reference = reference;
-  auto e = runtime::Engine::create(std::move(m).value(), eo);
-  EXPECT_TRUE(e.ok()) << e.status().message();
-  return std::move(e).value();
+  return test::tiny_engine(precision, "rows", reference);
 }
 
 // A model compiled at `precision` against the fp32 one on k3-tiny: it reads
