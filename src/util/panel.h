@@ -14,8 +14,8 @@
 // unpacklo/unpackhi) widens one 32-byte load to columns 0-7 and 8-15 in order.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "ir/dtype.h"
 
@@ -38,7 +38,8 @@ inline int64_t panel_index(int64_t n, int64_t k, int64_t K, bool bf16) {
 template <class T>
 void pack_panels(const T* src, int64_t N, int64_t K, T* dst) {
   const bool bf16 = sizeof(T) == 2;
-  std::memset(dst, 0, static_cast<size_t>(panel_count(N) * ir::kPanelRows * K) * sizeof(T));
+  // std::fill, not memset: an empty tensor's buffer may be null.
+  std::fill(dst, dst + panel_count(N) * ir::kPanelRows * K, T{0});
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) dst[panel_index(n, k, K, bf16)] = src[n * K + k];
 }
