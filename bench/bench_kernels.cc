@@ -102,11 +102,11 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
                     bool bf16) {
   const auto A = random_vec(M * K);
   const auto Wf = random_vec(N * K);
-  std::vector<float> rows(Wf), P(static_cast<size_t>(copies * N * K));
+  std::vector<float> P(static_cast<size_t>(copies * N * K));
   std::vector<uint16_t> rows16(Wf.size()), P16(P.size());
   for (size_t i = 0; i < Wf.size(); ++i) rows16[i] = k3::f32_to_bf16(Wf[i]);
   for (int64_t c = 0; c < copies; ++c) {
-    k3::pack_panels(rows.data(), N, K, P.data() + c * N * K);
+    k3::pack_panels(Wf.data(), N, K, P.data() + c * N * K);
     k3::pack_panels(rows16.data(), N, K, P16.data() + c * N * K);
   }
   std::vector<float> C(static_cast<size_t>(M * N));
