@@ -26,7 +26,6 @@ namespace {
 constexpr int64_t kW = 16;      // floats per vector
 constexpr int64_t kGemmMr = 4;  // rows of A per gemm micro-tile
 constexpr int64_t kGemmNr = 4;  // rows of W per gemm micro-tile (4x4 acc + 4 W + 1 A = 21 zmm)
-constexpr int kGemvNr = 8;      // rows of W per tile when M = 1 (8 acc + 8 W + 1 A = 17 zmm)
 
 // Lanes [0, n) set, 0 <= n <= 16.
 inline __mmask16 tail_mask(int64_t n) {
@@ -119,50 +118,52 @@ inline __m512 load_w_tail(__mmask16 m, const uint16_t* p) {
 }
 
 template <class WT, int MR, int NR>
-void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C, int64_t ldc,
+void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C, int64_t ldc, int64_t cs,
                const WT* prefetch) {
+  // One 64-byte line of each W row is prefetched per 64 bytes of K consumed.
+  constexpr int64_t kPrefetchMask = 64 / sizeof(WT) - 1;
   __m512 acc[MR][NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
 
   int64_t k = 0;
   for (; k + kW <= K; k += kW) {
-    if (prefetch != nullptr) {
-#pragma GCC unroll 4
+    if (prefetch != nullptr && (k & kPrefetchMask) == 0) {
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T1);
     }
     __m512 w[NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) w[j] = load_w(W + j * ldw + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m512 a = _mm512_loadu_ps(A + i * lda + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(a, w[j], acc[i][j]);
     }
   }
   if (k < K) {
     const __mmask16 mask = tail_mask(K - k);
     __m512 w[NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) w[j] = load_w_tail(mask, W + j * ldw + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m512 a = _mm512_maskz_loadu_ps(mask, A + i * lda + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(a, w[j], acc[i][j]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) C[i * ldc + j] = hsum(acc[i][j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(acc[i][j]);
 }
 
 template <class WT>
-using GemmTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, const WT*);
+using GemmTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, const WT*);
 
 // kGemmTiles<WT>[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
 template <class WT>
@@ -173,20 +174,39 @@ constexpr GemmTileFn<WT> kGemmTiles[kGemmMr][kGemmNr] = {
     {gemm_tile<WT, 4, 1>, gemm_tile<WT, 4, 2>, gemm_tile<WT, 4, 3>, gemm_tile<WT, 4, 4>},
 };
 
+// Decode (M <= kFarMaxM) reads W rows that lie far apart, as the AVX2 table
+// does (avx2.cc, kFarMaxM, has the measurements): a tile's kFarNr rows are
+// n0 + i, n0 + i + q, ... (q = (n1 - n0) / kFarNr), so each thread keeps
+// kFarNr sequential streams open. Before this the table ran 1 x 8 adjacent
+// rows at M = 1 with partly unrolled loops, and decoded k3-base bf16 1.28x
+// slower than the AVX2 table on a Zen 4 host (k3 bench, 17.4 vs 13.6 ms).
+// Tiles of 3 x 8, 4 x 6 and 6 x 4 (streams x rows of A) were measured too
+// (bench_kernels avx512/gemm_nt*_stream, k3 bench -b 1,4,8): 3 x 8 lost a
+// third at M = 8, the others were within this host's noise of 4 x 4.
+constexpr int64_t kFarMaxM = 8;
+constexpr int64_t kFarNr = 4;
+template <class WT>
+constexpr GemmTileFn<WT> kFarTiles[kGemmMr] = {gemm_tile<WT, 1, kFarNr>, gemm_tile<WT, 2, kFarNr>,
+                                               gemm_tile<WT, 3, kFarNr>, gemm_tile<WT, 4, kFarNr>};
+
 // C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T. The M loop sits inside the N loop
 // so each tile of W is read from memory once and reused from L1 by every
 // row-tile of A: for decode (M <= 8) W is streamed exactly once.
 template <class WT>
 void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
                float* C, int64_t ldc) {
-  // One row of A (batch-1 decode): wider tiles of W keep more independent
-  // streams and FMA chains in flight per thread. Same per-element sequence
-  // as every other tile, so results are unchanged bit for bit.
-  if (M == 1) {
-    for (; n0 + kGemvNr <= n1; n0 += kGemvNr) {
-      const WT* w = W + n0 * ldw;
-      gemm_tile<WT, 1, kGemvNr>(K, A, lda, w, ldw, C + n0, ldc, n0 + 2 * kGemvNr <= n1 ? w + kGemvNr * ldw : nullptr);
+  if (M <= kFarMaxM) {
+    // Far tiles over the first q * kFarNr rows (see kFarMaxM); the rest below.
+    const int64_t q = (n1 - n0) / kFarNr;
+    for (int64_t i = 0; i < q; ++i) {
+      const WT* w = W + (n0 + i) * ldw;
+      const WT* next = i + 1 < q ? w + ldw : nullptr;  // the next row of every stream
+      for (int64_t m = 0; m < M; m += kGemmMr) {
+        const int64_t mr = min64(kGemmMr, M - m);
+        kFarTiles<WT>[mr - 1](K, A + m * lda, lda, w, q * ldw, C + m * ldc + n0 + i, ldc, q, m == 0 ? next : nullptr);
+      }
     }
+    n0 += q * kFarNr;
   }
   for (int64_t n = n0; n < n1; n += kGemmNr) {
     const int64_t nr = min64(kGemmNr, n1 - n);
@@ -195,7 +215,7 @@ void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int
     const WT* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
     for (int64_t m = 0; m < M; m += kGemmMr) {
       const int64_t mr = min64(kGemmMr, M - m);
-      kGemmTiles<WT>[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc, m == 0 ? next : nullptr);
+      kGemmTiles<WT>[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc, 1, m == 0 ? next : nullptr);
     }
   }
 }
