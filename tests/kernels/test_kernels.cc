@@ -202,7 +202,7 @@ TEST_P(KernelTest, GemmBf16EqualsF32OnWidenedWeights) {
 // packing itself). Buffers are sized exactly: panel_count(N) * 16 * K.
 TEST_P(KernelTest, GemmPanelsBitExactVsReference) {
   std::mt19937 rng(11);
-  for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
+  for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 25}) {
     for (int64_t K : {0, 1, 7, 16, 17, 100, 513}) {
       for (int64_t N : {1, 3, 15, 16, 17, 33, 64, 100}) {
         const int64_t lda = K + (K % 2), ldc = N + 3;

@@ -572,19 +572,15 @@ void gemm_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, i
   if (n1 % kPanel != 0) gemm_panel_part(M, end_whole, int64_t{0}, n1 % kPanel, K, A, lda, W, C, ldc);
 }
 
-}  // namespace
-
-void gemm_nt_p16_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W,
-                      float* C, int64_t ldc) {
+void gemm_nt_p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, float* C,
+                 int64_t ldc) {
   gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
 }
 
-void gemm_nt_bf16p16_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
-                          float* C, int64_t ldc) {
+void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                     float* C, int64_t ldc) {
   gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
 }
-
-namespace {
 
 // ---- element-wise ----------------------------------------------------------
 
@@ -851,8 +847,8 @@ constexpr KernelTable kTable = {
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_q8 = gemm_nt_q8_avx2,
-    .gemm_nt_p16 = gemm_nt_p16_avx2,
-    .gemm_nt_bf16p16 = gemm_nt_bf16p16_avx2,
+    .gemm_nt_p16 = gemm_nt_p16,
+    .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

@@ -230,6 +230,167 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
   gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
+// ---- gemm_nt over panels (gemm_nt_p16 / gemm_nt_bf16p16) -------------------
+
+// W in the panel layout (util/panel.h): panel p = rows 16p..16p+15 of W
+// stored k-major, so one k step of a panel is 16 contiguous weights, exactly
+// one zmm. The tiles broadcast A[i, k] (an embedded-broadcast FMA operand)
+// and FMA it into one accumulator per row and panel: each output is one FMA
+// chain over k from k = 0, whatever the tile, M or column range (the
+// kernels.h contract), so results equal the scalar reference bit for bit and
+// equal the AVX2 table's, with no horizontal sums.
+constexpr int64_t kPanel = 16;
+// Decode tiles prefetch each stream this far ahead (as the AVX2 tiles do).
+constexpr int64_t kPanelPrefetchBytes = 1024;
+
+// bf16 panels store columns 4-7 and 8-11 swapped (for AVX2's in-lane
+// unpack). Widening 16 bf16 with vpmovzxwd keeps that slot order, so the
+// accumulators hold the columns permuted; kBf16Unslot puts them back in
+// order as a tile is stored (the swap is its own inverse).
+inline __m512 load_panel_row(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 load_panel_row(const uint16_t* p) {
+  return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 panel_columns(const float*, __m512 acc) {
+  return acc;
+}
+inline __m512 panel_columns(const uint16_t*, __m512 acc) {
+  const __m512i unslot = _mm512_set_epi32(15, 14, 13, 12, 7, 6, 5, 4, 11, 10, 9, 8, 3, 2, 1, 0);
+  return _mm512_permutexvar_ps(unslot, acc);
+}
+
+// C[0..MR, 16 * NP columns) = A[0..MR, :K] . (NP panels)^T. Panel j starts
+// at W + j * ps and its 16 outputs at C + j * pcs. If `prefetch`, each
+// panel's stream is prefetched into L2 kPanelPrefetchBytes ahead (past a
+// panel's end that is the next panel in memory; prefetches never fault).
+// Registers: MR * NP accumulators + NP weights (<= 28 of the 32 zmm).
+template <class WT, int MR, int NP>
+void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps, float* C, int64_t ldc, int64_t pcs,
+                bool prefetch) {
+  static_assert(MR * NP + NP <= 28, "tile must fit in registers");
+  __m512 acc[MR][NP];
+#pragma GCC unroll 24
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
+  constexpr int64_t kRowsPerLine = 64 / (kPanel * static_cast<int64_t>(sizeof(WT)));
+  constexpr int64_t kAhead = kPanelPrefetchBytes / (kPanel * static_cast<int64_t>(sizeof(WT)));
+  for (int64_t k = 0; k < K; ++k) {
+    if (prefetch && k % kRowsPerLine == 0) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(W + j * ps + (k + kAhead) * kPanel), _MM_HINT_T1);
+    }
+    __m512 w[NP];
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) w[j] = load_panel_row(W + j * ps + k * kPanel);
+#pragma GCC unroll 24
+    for (int i = 0; i < MR; ++i) {
+      const __m512 a = _mm512_set1_ps(A[i * lda + k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(a, w[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 24
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) _mm512_storeu_ps(C + i * ldc + j * pcs, panel_columns(W, acc[i][j]));
+}
+
+template <class WT>
+using PanelTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, bool);
+
+// Prefill (M > 8): kPanelMr rows x 2 adjacent panels per tile, 24 FMAs per
+// 2 weight loads and 12 broadcasts; each panel pair is reused from cache by
+// every row tile. Rows left over use the narrower tiles of the same table.
+constexpr int64_t kPanelMr = 12;
+template <class WT, int NP>
+constexpr PanelTileFn<WT> kPanelTiles[kPanelMr] = {
+    panel_tile<WT, 1, NP>, panel_tile<WT, 2, NP>,  panel_tile<WT, 3, NP>,  panel_tile<WT, 4, NP>,
+    panel_tile<WT, 5, NP>, panel_tile<WT, 6, NP>,  panel_tile<WT, 7, NP>,  panel_tile<WT, 8, NP>,
+    panel_tile<WT, 9, NP>, panel_tile<WT, 10, NP>, panel_tile<WT, 11, NP>, panel_tile<WT, 12, NP>};
+
+// Decode (M <= 8): every row of A in one tile over kPanelFar panels a
+// (p1 - p0) / kPanelFar apart, so W is read once and each thread keeps
+// kPanelFar memory streams open, as the row kernel's far tiles do.
+constexpr int64_t kPanelFar = 3;  // 8 x 3 accumulators + 3 weights = 27 zmm
+template <class WT>
+constexpr PanelTileFn<WT> kPanelFarTiles[kFarMaxM] = {panel_tile<WT, 1, kPanelFar>, panel_tile<WT, 2, kPanelFar>,
+                                                      panel_tile<WT, 3, kPanelFar>, panel_tile<WT, 4, kPanelFar>,
+                                                      panel_tile<WT, 5, kPanelFar>, panel_tile<WT, 6, kPanelFar>,
+                                                      panel_tile<WT, 7, kPanelFar>, panel_tile<WT, 8, kPanelFar>};
+
+// C[M, 16 * p0 .. 16 * p1) over whole panels p0 <= p < p1.
+template <class WT>
+void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
+                       int64_t ldc) {
+  const int64_t ps = K * kPanel;
+  if (M <= kFarMaxM) {
+    const int64_t q = (p1 - p0) / kPanelFar;
+    for (int64_t i = 0; i < q; ++i) {
+      const int64_t p = p0 + i;
+      kPanelFarTiles<WT>[M - 1](K, A, lda, W + p * ps, q * ps, C + p * kPanel, ldc, q * kPanel, true);
+    }
+    for (int64_t p = p0 + kPanelFar * q; p < p1; ++p)
+      kPanelTiles<WT, 1>[M - 1](K, A, lda, W + p * ps, ps, C + p * kPanel, ldc, kPanel, true);
+    return;
+  }
+  int64_t p = p0;
+  for (; p + 2 <= p1; p += 2) {
+    for (int64_t m = 0; m < M; m += kPanelMr) {
+      const int64_t mr = min64(kPanelMr, M - m);
+      kPanelTiles<WT, 2>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, false);
+    }
+  }
+  if (p < p1) {
+    for (int64_t m = 0; m < M; m += kPanelMr) {
+      const int64_t mr = min64(kPanelMr, M - m);
+      kPanelTiles<WT, 1>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, false);
+    }
+  }
+}
+
+// Columns [c0, c1) of panel p (a range edge that cuts a panel): the whole
+// panel is computed into a stack tile and the wanted columns copied out.
+template <class WT>
+void gemm_panel_part(int64_t M, int64_t p, int64_t c0, int64_t c1, int64_t K, const float* A, int64_t lda, const WT* W,
+                     float* C, int64_t ldc) {
+  alignas(64) float tmp[kPanelMr * kPanel];
+  const int64_t ps = K * kPanel;
+  for (int64_t m = 0; m < M; m += kPanelMr) {
+    const int64_t mr = min64(kPanelMr, M - m);
+    kPanelTiles<WT, 1>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, tmp, kPanel, kPanel, false);
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t c = c0; c < c1; ++c) C[(m + i) * ldc + p * kPanel + c] = tmp[i * kPanel + c];
+  }
+}
+
+template <class WT>
+void gemm_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
+                 int64_t ldc) {
+  if (n0 >= n1 || M <= 0) return;
+  const int64_t first_whole = (n0 + kPanel - 1) / kPanel, end_whole = n1 / kPanel;
+  if (first_whole > end_whole) {  // the range lies inside one panel
+    gemm_panel_part(M, n0 / kPanel, n0 % kPanel, n1 % kPanel, K, A, lda, W, C, ldc);
+    return;
+  }
+  if (n0 % kPanel != 0) gemm_panel_part(M, n0 / kPanel, n0 % kPanel, kPanel, K, A, lda, W, C, ldc);
+  gemm_panels_whole(M, first_whole, end_whole, K, A, lda, W, C, ldc);
+  if (n1 % kPanel != 0) gemm_panel_part(M, end_whole, int64_t{0}, n1 % kPanel, K, A, lda, W, C, ldc);
+}
+
+void gemm_nt_p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, float* C,
+                 int64_t ldc) {
+  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
+}
+
+void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                     float* C, int64_t ldc) {
+  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
+}
+
 // ---- element-wise ----------------------------------------------------------
 
 // y[i] = f(x[i]) for i < n, 16 lanes at a time, masked tail. y may alias x.
@@ -496,12 +657,8 @@ constexpr KernelTable kTable = {
     // The AVX2 int8 kernel: its integer multiply-adds already keep decode
     // memory-bound, and it is the one tested on the machines CI runs on.
     .gemm_nt_q8 = gemm_nt_q8_avx2,
-    // The AVX2 panel kernels. A 16-wide panel row is one zmm, so an AVX-512
-    // version would halve the loads, but it could not be measured or tested
-    // on the machines this is developed and tested on; the AVX2 one keeps
-    // panel results identical across the two tables.
-    .gemm_nt_p16 = gemm_nt_p16_avx2,
-    .gemm_nt_bf16p16 = gemm_nt_bf16p16_avx2,
+    .gemm_nt_p16 = gemm_nt_p16,
+    .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

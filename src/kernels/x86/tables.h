@@ -15,11 +15,4 @@ const KernelTable& avx512_table();  // defined in x86/avx512.cc (AVX-512 F/BW/DQ
 void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc);
 
-// The panel-layout GEMMs of the AVX2 table, also used by the AVX-512 one
-// (the results are then bit-identical across the two).
-void gemm_nt_p16_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W,
-                      float* C, int64_t ldc);
-void gemm_nt_bf16p16_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
-                          float* C, int64_t ldc);
-
 }  // namespace k3::kernels
