@@ -35,4 +35,11 @@ class Sampler {
 
 int32_t argmax(const float* x, int64_t n);
 
+// Nucleus selection without sorting. idx[0, n) holds token ids, prob[t] the
+// (unnormalised) probability of token t. Reorders idx so that its first c
+// entries are the c most likely tokens (descending logit, ties by lower id),
+// in no particular order among themselves, where c is the smallest count
+// whose mass reaches target; returns c (1 <= c <= n).
+int64_t nucleus_prefix(const float* logits, const double* prob, int32_t* idx, int64_t n, double target);
+
 }  // namespace k3::runtime

@@ -2,7 +2,11 @@
 // reproducibility by seed, and flag validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -88,6 +92,67 @@ TEST(Sampler, SameSeedSameTokens) {
   };
   EXPECT_EQ(draw(42), draw(42));
   EXPECT_NE(draw(42), draw(43));
+}
+
+// The selection-based nucleus against the definition: sort by (logit desc,
+// id asc), take the shortest prefix whose mass reaches the target. Logits
+// drawn from a few values force many ties.
+TEST(Sampler, NucleusPrefixMatchesSortedDefinition) {
+  std::mt19937 gen(5);
+  for (int64_t n : {1, 2, 3, 7, 64, 1000, 4099}) {
+    for (int distinct : {3, 50, 100000}) {
+      std::uniform_int_distribution<int> pick(0, distinct - 1);
+      std::vector<float> logits(static_cast<size_t>(n));
+      for (auto& l : logits) l = static_cast<float>(pick(gen)) * 0.01f;
+      const float mx = *std::max_element(logits.begin(), logits.end());
+      std::vector<double> prob(logits.size());
+      double total = 0.0;
+      for (size_t i = 0; i < logits.size(); ++i) total += (prob[i] = std::exp((logits[i] - mx) / 0.7));
+      std::vector<int32_t> sorted(logits.size());
+      std::iota(sorted.begin(), sorted.end(), 0);
+      std::sort(sorted.begin(), sorted.end(),
+                [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+      for (double top_p : {1e-9, 0.1, 0.5, 0.9, 0.95, 0.999}) {
+        const double target = top_p * total;
+        int64_t want = 0;
+        for (double acc = 0.0; want < n;) {
+          acc += prob[sorted[want]];
+          ++want;
+          if (acc >= target) break;
+        }
+        std::vector<int32_t> idx(logits.size());
+        std::iota(idx.begin(), idx.end(), 0);
+        const int64_t got = nucleus_prefix(logits.data(), prob.data(), idx.data(), n, target);
+        ASSERT_EQ(got, want) << "n=" << n << " distinct=" << distinct << " top_p=" << top_p;
+        EXPECT_EQ(std::set<int32_t>(idx.begin(), idx.begin() + got),
+                  std::set<int32_t>(sorted.begin(), sorted.begin() + want))
+            << "n=" << n << " distinct=" << distinct << " top_p=" << top_p;
+        std::sort(idx.begin(), idx.end());
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(idx[i], i) << "idx must stay a permutation";
+      }
+    }
+  }
+}
+
+// Top-p without top-k (the selection path): only nucleus tokens come out, at
+// the nucleus's renormalised frequencies.
+TEST(Sampler, TopPAloneSamplesTheRenormalisedNucleus) {
+  // T = 1: masses 8, 4, 2, 1, 1 (of 16) for tokens 3, 0, 4, 1, 2.
+  const float logits[5] = {std::log(4.0f), 0.0f, 0.0f, std::log(8.0f), std::log(2.0f)};
+  Sampler s(5);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 0.8f;  // 8 + 4 = 12 < 12.8, + 2 = 14 >= 12.8: tokens 3, 0, 4
+  Rng rng(9);
+  std::vector<int> count(5, 0);
+  const int draws = 28000;
+  for (int i = 0; i < draws; ++i) ++count[static_cast<size_t>(s.sample(logits, p, rng))];
+  EXPECT_EQ(count[1], 0);
+  EXPECT_EQ(count[2], 0);
+  EXPECT_NEAR(count[3] / static_cast<double>(draws), 8.0 / 14.0, 0.015);
+  EXPECT_NEAR(count[0] / static_cast<double>(draws), 4.0 / 14.0, 0.015);
+  EXPECT_NEAR(count[4] / static_cast<double>(draws), 2.0 / 14.0, 0.015);
 }
 
 TEST(Sampler, ValidateRejectsOutOfRange) {

@@ -1,0 +1,44 @@
+// Sampler microbenchmark (Google Benchmark): one draw per iteration over a
+// vocabulary of logits shaped like a language model's (a few large values,
+// a long flat tail), for the settings users run: greedy, top-k, top-p alone
+// (the article's and the OpenAI API's default) and both.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "runtime/sampler.h"
+
+namespace {
+
+std::vector<float> lm_like_logits(int64_t vocab) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> tail(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (auto& l : logits) l = tail(gen);
+  for (int i = 0; i < 20; ++i) logits[static_cast<size_t>(gen() % vocab)] += 8.0f;
+  return logits;
+}
+
+void bm_sample(benchmark::State& state, float temperature, int64_t top_k, float top_p) {
+  const int64_t vocab = state.range(0);
+  const std::vector<float> logits = lm_like_logits(vocab);
+  k3::runtime::Sampler sampler(vocab);
+  k3::runtime::SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  k3::Rng rng(1);
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.sample(logits.data(), p, rng));
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK_CAPTURE(bm_sample, greedy, 0.0f, 0, 1.0f)->Arg(32000)->Arg(152064);
+BENCHMARK_CAPTURE(bm_sample, top_k40_top_p0.95, 0.8f, 40, 0.95f)->Arg(32000)->Arg(152064);
+BENCHMARK_CAPTURE(bm_sample, top_p0.95, 0.8f, 0, 0.95f)->Arg(32000)->Arg(152064);
+BENCHMARK_CAPTURE(bm_sample, full_softmax, 1.0f, 0, 1.0f)->Arg(32000)->Arg(152064);
+
+}  // namespace
+
+BENCHMARK_MAIN();
