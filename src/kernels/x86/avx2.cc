@@ -241,7 +241,8 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
 // conversion to float is exact. Nothing depends on M, the tile or the column
 // split (the gemm_nt contract).
 
-// One row of A quantized: qa[K] int16 and qs[K/32] f32 scales.
+// One row of A quantized: qa[K] int16 and qs[K/32] f32 scales (also used by
+// the AVX-512 table, through quantize_row_q16_avx2).
 void quantize_row_a(const float* a, int64_t K, int16_t* qa, float* qs) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 inf = _mm256_set1_ps(__builtin_inff());
@@ -377,11 +378,17 @@ constexpr Q8GemvFn kQ8Gemv[kQ8GemvNr] = {q8_gemv_tile<1>, q8_gemv_tile<2>, q8_ge
 
 }  // namespace
 
+void quantize_row_q16_avx2(const float* a, int64_t K, int16_t* qa, float* qs) {
+  quantize_row_a(a, K, qa, qs);
+}
+
+namespace {
+
 // Rows of A are quantized in chunks into a stack buffer (no allocation, and
 // it stays in L1/L2), then every W row is streamed once per chunk: once per
 // call for decode. A chunk holds at least one row for K <= kQ8MaxK.
-void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
-                     float* C, int64_t ldc) {
+void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
+                int64_t ldc) {
   alignas(64) int16_t qa[kQ8MaxK];
   alignas(64) float qs[kQ8MaxK / 32];
   const int64_t rb = K + K / 32 * 4;  // ir::q8_row_bytes (not included: see the top of the file)
@@ -431,8 +438,6 @@ void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
     }
   }
 }
-
-namespace {
 
 // ---- gemm_nt over panels ---------------------------------------------------
 
@@ -846,7 +851,7 @@ constexpr KernelTable kTable = {
     .isa = Isa::kAvx2,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
-    .gemm_nt_q8 = gemm_nt_q8_avx2,
+    .gemm_nt_q8 = gemm_nt_q8,
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,

@@ -230,6 +230,117 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
   gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
+// ---- gemm_nt_q8 ------------------------------------------------------------
+
+// int8 weights (rows: K int8, then K/32 f32 scales) against activations
+// rounded to int16 per block of 32 (kernels.h has the semantics; the
+// rounding is the AVX2 table's). One block of a W row is one zmm of int16
+// after sign extension, so per block and pair of rows:
+//   p = madd16(w[0:32], a[0:32])     (16 int32 lanes, each 2 exact products)
+//   acc = fma(w_scale * a_scale, float(p), acc)
+// and C = hsum(acc): about half the instructions per weight byte of the
+// AVX2 kernel (two ymm halves, an extra add), which on this table's first
+// measured host left batch-1 int8 decode compute-bound. Nothing depends on
+// M, the tile or the column split (the gemm_nt contract).
+inline __m512i load_w16(const uint8_t* p) {
+  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline float load_scale(const uint8_t* p) {
+  float s;  // memcpy: scales may sit at any 4-byte offset; keeps it UB-free
+  __builtin_memcpy(&s, p, 4);
+  return s;
+}
+
+// MR quantized A rows (stride K) against NR W rows (NR memory streams),
+// each W block widened once for all MR rows: MR x NR acc + NR W + A.
+template <int MR, int NR>
+void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C, int64_t ldc,
+             int64_t cs, const uint8_t* prefetch) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k0 = 0; k0 < K; k0 += 32) {
+    if (prefetch != nullptr && (k0 & 63) == 0) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
+    }
+    __m512i w[NR];
+    float sw[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      w[j] = load_w16(W + j * row_bytes + k0);
+      sw[j] = load_scale(W + j * row_bytes + K + k0 / 8);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512i a = _mm512_loadu_si512(qa + i * K + k0);
+      const float sa = qs[i * (K / 32) + k0 / 32];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j)
+        acc[i][j] =
+            _mm512_fmadd_ps(_mm512_set1_ps(sw[j] * sa), _mm512_cvtepi32_ps(_mm512_madd_epi16(w[j], a)), acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(acc[i][j]);
+}
+
+constexpr int kQ8Mr = 4;
+constexpr int kQ8Nr = 4;  // also the far streams of decode tiles (4 x 4 acc + 4 W + A = 21 zmm)
+using Q8TileFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t, int64_t,
+                          const uint8_t*);
+constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
+    {q8_tile<1, 1>, q8_tile<1, 2>, q8_tile<1, 3>, q8_tile<1, 4>},
+    {q8_tile<2, 1>, q8_tile<2, 2>, q8_tile<2, 3>, q8_tile<2, 4>},
+    {q8_tile<3, 1>, q8_tile<3, 2>, q8_tile<3, 3>, q8_tile<3, 4>},
+    {q8_tile<4, 1>, q8_tile<4, 2>, q8_tile<4, 3>, q8_tile<4, 4>},
+};
+
+// Rows of A are quantized in chunks into a stack buffer (no allocation, and
+// it stays in L1/L2), then every W row is streamed once per chunk: once per
+// call for decode, in far tiles (gemm_nt_t explains them) for <= 8 rows.
+void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
+                int64_t ldc) {
+  alignas(64) int16_t qa[kQ8MaxK];
+  alignas(64) float qs[kQ8MaxK / 32];
+  const int64_t rb = K + K / 32 * 4;  // ir::q8_row_bytes
+  const int64_t chunk = K == 0 ? M : kQ8MaxK / K;
+  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+    const int64_t rows = min64(chunk, M - m0);
+    for (int64_t i = 0; i < rows; ++i) quantize_row_q16_avx2(A + (m0 + i) * lda, K, qa + i * K, qs + i * (K / 32));
+    float* c = C + m0 * ldc;
+    int64_t n_adj = n0;
+    if (rows <= kFarMaxM) {
+      const int64_t q = (n1 - n0) / kQ8Nr;
+      for (int64_t i = 0; i < q; ++i) {
+        const uint8_t* w = W + (n0 + i) * rb;
+        const uint8_t* next = i + 1 < q ? w + rb : nullptr;
+        for (int64_t m = 0; m < rows; m += kQ8Mr) {
+          const int64_t mr = min64(kQ8Mr, rows - m);
+          kQ8Tiles[mr - 1][kQ8Nr - 1](K, qa + m * K, qs + m * (K / 32), w, q * rb, c + m * ldc + n0 + i, ldc, q,
+                                      m == 0 ? next : nullptr);
+        }
+      }
+      n_adj = n0 + q * kQ8Nr;
+    }
+    for (int64_t n = n_adj; n < n1; n += kQ8Nr) {
+      const int64_t nr = min64(kQ8Nr, n1 - n);
+      const uint8_t* w = W + n * rb;
+      const uint8_t* next = n + 2 * kQ8Nr <= n1 ? w + kQ8Nr * rb : nullptr;
+      for (int64_t m = 0; m < rows; m += kQ8Mr) {
+        const int64_t mr = min64(kQ8Mr, rows - m);
+        kQ8Tiles[mr - 1][nr - 1](K, qa + m * K, qs + m * (K / 32), w, rb, c + m * ldc + n, ldc, 1,
+                                 m == 0 ? next : nullptr);
+      }
+    }
+  }
+}
+
 // ---- gemm_nt over panels (gemm_nt_p16 / gemm_nt_bf16p16) -------------------
 
 // W in the panel layout (util/panel.h): panel p = rows 16p..16p+15 of W
@@ -654,9 +765,7 @@ constexpr KernelTable kTable = {
     .isa = Isa::kAvx512,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
-    // The AVX2 int8 kernel: its integer multiply-adds already keep decode
-    // memory-bound, and it is the one tested on the machines CI runs on.
-    .gemm_nt_q8 = gemm_nt_q8_avx2,
+    .gemm_nt_q8 = gemm_nt_q8,
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,
