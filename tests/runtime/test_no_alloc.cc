@@ -48,7 +48,7 @@ TEST(NoAllocation, DecodeStepsAndSampling) {
     Rng rng(1);
     SamplingParams greedy, sampled;
     greedy.temperature = 0.0f;
-    sampled.top_k = 0;  // full sort of the vocabulary
+    sampled.top_k = 0;  // top-p over the whole vocabulary: the selection path
     std::vector<int32_t> tok{7, 9}, dpos{5, 0}, dslot{0, 1}, rows{0, 1};
 
     const int64_t before = g_allocations.load();
