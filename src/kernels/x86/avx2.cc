@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/x86/panel_split.h"
 #include "kernels/x86/tables.h"
 
 namespace k3::kernels {
@@ -448,7 +449,6 @@ void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, in
 // from k = 0, whatever the tile, M or column range (the kernels.h contract),
 // with no horizontal sums and 12 FMAs per 2 weight loads and 6 broadcasts in
 // the 6-row tile. bench/layout_study measures it against the 4x3 dot tile.
-constexpr int64_t kPanel = 16;
 // Decode tiles prefetch each of their streams this far ahead (about what the
 // row kernel's next-row prefetch reaches for bf16 rows of 512). 1, 2 and 4
 // KiB measured the same within noise.
@@ -548,33 +548,15 @@ void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float
   }
 }
 
-// Columns [c0, c1) of panel p (a range edge that cuts a panel): the whole
-// panel is computed into a stack tile and the wanted columns copied out.
-template <class WT>
-void gemm_panel_part(int64_t M, int64_t p, int64_t c0, int64_t c1, int64_t K, const float* A, int64_t lda, const WT* W,
-                     float* C, int64_t ldc) {
-  alignas(32) float tmp[kPanelMr * kPanel];
-  const int64_t ps = K * kPanel;
-  for (int64_t m = 0; m < M; m += kPanelMr) {
-    const int64_t mr = min64(kPanelMr, M - m);
-    kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, tmp, kPanel, kPanel, false);
-    for (int64_t i = 0; i < mr; ++i)
-      for (int64_t c = c0; c < c1; ++c) C[(m + i) * ldc + p * kPanel + c] = tmp[i * kPanel + c];
-  }
-}
-
 template <class WT>
 void gemm_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
                  int64_t ldc) {
-  if (n0 >= n1 || M <= 0) return;
-  const int64_t first_whole = (n0 + kPanel - 1) / kPanel, end_whole = n1 / kPanel;
-  if (first_whole > end_whole) {  // the range lies inside one panel
-    gemm_panel_part(M, n0 / kPanel, n0 % kPanel, n1 % kPanel, K, A, lda, W, C, ldc);
-    return;
-  }
-  if (n0 % kPanel != 0) gemm_panel_part(M, n0 / kPanel, n0 % kPanel, kPanel, K, A, lda, W, C, ldc);
-  gemm_panels_whole(M, first_whole, end_whole, K, A, lda, W, C, ldc);
-  if (n1 % kPanel != 0) gemm_panel_part(M, end_whole, int64_t{0}, n1 % kPanel, K, A, lda, W, C, ldc);
+  const int64_t ps = K * kPanel;
+  gemm_panels_split<kPanelMr>(
+      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_panels_whole(M, p0, p1, K, A, lda, W, C, ldc); },
+      [&](int64_t m, int64_t mr, int64_t p, float* out) {
+        kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, out, kPanel, kPanel, false);
+      });
 }
 
 void gemm_nt_p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, float* C,

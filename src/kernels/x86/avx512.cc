@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "kernels/x86/panel_split.h"
 #include "kernels/x86/tables.h"
 
 namespace k3::kernels {
@@ -350,7 +351,6 @@ void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, in
 // chain over k from k = 0, whatever the tile, M or column range (the
 // kernels.h contract), so results equal the scalar reference bit for bit and
 // equal the AVX2 table's, with no horizontal sums.
-constexpr int64_t kPanel = 16;
 // Decode tiles prefetch each stream this far ahead (as the AVX2 tiles do).
 constexpr int64_t kPanelPrefetchBytes = 1024;
 
@@ -463,33 +463,15 @@ void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float
   }
 }
 
-// Columns [c0, c1) of panel p (a range edge that cuts a panel): the whole
-// panel is computed into a stack tile and the wanted columns copied out.
-template <class WT>
-void gemm_panel_part(int64_t M, int64_t p, int64_t c0, int64_t c1, int64_t K, const float* A, int64_t lda, const WT* W,
-                     float* C, int64_t ldc) {
-  alignas(64) float tmp[kPanelMr * kPanel];
-  const int64_t ps = K * kPanel;
-  for (int64_t m = 0; m < M; m += kPanelMr) {
-    const int64_t mr = min64(kPanelMr, M - m);
-    kPanelTiles<WT, 1>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, tmp, kPanel, kPanel, false);
-    for (int64_t i = 0; i < mr; ++i)
-      for (int64_t c = c0; c < c1; ++c) C[(m + i) * ldc + p * kPanel + c] = tmp[i * kPanel + c];
-  }
-}
-
 template <class WT>
 void gemm_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
                  int64_t ldc) {
-  if (n0 >= n1 || M <= 0) return;
-  const int64_t first_whole = (n0 + kPanel - 1) / kPanel, end_whole = n1 / kPanel;
-  if (first_whole > end_whole) {  // the range lies inside one panel
-    gemm_panel_part(M, n0 / kPanel, n0 % kPanel, n1 % kPanel, K, A, lda, W, C, ldc);
-    return;
-  }
-  if (n0 % kPanel != 0) gemm_panel_part(M, n0 / kPanel, n0 % kPanel, kPanel, K, A, lda, W, C, ldc);
-  gemm_panels_whole(M, first_whole, end_whole, K, A, lda, W, C, ldc);
-  if (n1 % kPanel != 0) gemm_panel_part(M, end_whole, int64_t{0}, n1 % kPanel, K, A, lda, W, C, ldc);
+  const int64_t ps = K * kPanel;
+  gemm_panels_split<kPanelMr>(
+      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_panels_whole(M, p0, p1, K, A, lda, W, C, ldc); },
+      [&](int64_t m, int64_t mr, int64_t p, float* out) {
+        kPanelTiles<WT, 1>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, out, kPanel, kPanel, false);
+      });
 }
 
 void gemm_nt_p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, float* C,
