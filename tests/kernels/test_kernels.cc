@@ -359,7 +359,7 @@ TEST(Q8Format, NonFiniteWeightMakesItsBlockNaN) {
 TEST_P(KernelTest, GemmQ8MatchesReferenceAndIsBitExactAcrossBatchAndSplits) {
   std::mt19937 rng(4);
   for (int64_t M : {1, 2, 3, 4, 5, 8, 13}) {
-    for (int64_t K : {32, 64, 96, 512}) {
+    for (int64_t K : {32, 64, 96, 512, 544, 1056}) {
       for (int64_t N : {1, 2, 3, 4, 5, 8, 9, 17, 37}) {
         const int64_t lda = K + 3, ldc = N + 1;
         const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);

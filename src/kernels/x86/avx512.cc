@@ -246,14 +246,13 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
 inline __m512i load_w16(const uint8_t* p) {
   return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-inline float load_scale(const uint8_t* p) {
-  float s;  // memcpy: scales may sit at any 4-byte offset; keeps it UB-free
-  __builtin_memcpy(&s, p, 4);
-  return s;
-}
 
 // MR quantized A rows (stride K) against NR W rows (NR memory streams),
-// each W block widened once for all MR rows: MR x NR acc + NR W + A.
+// each W block widened once for all MR rows: MR x NR acc + NR W + A. The
+// per-block scales w_scale * a_scale are multiplied 16 blocks at a time into
+// a stack table (the scales of a row are contiguous), so a block costs one
+// broadcast load for its scale instead of two scalar loads, a multiply and a
+// broadcast; the products, and so the results, are the same.
 template <int MR, int NR>
 void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C, int64_t ldc,
              int64_t cs, const uint8_t* prefetch) {
@@ -262,27 +261,41 @@ void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, in
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t k0 = 0; k0 < K; k0 += 32) {
-    if (prefetch != nullptr && (k0 & 63) == 0) {
+  const int64_t nblocks = K / 32;
+  for (int64_t g = 0; g < nblocks; g += 16) {
+    const __mmask16 gm = tail_mask(min64(16, nblocks - g));
+    alignas(64) float scale[MR][NR][16];
+    if (prefetch != nullptr) {  // the next rows' scales: the block loop below prefetches only their weights
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 4), _MM_HINT_T1);
     }
-    __m512i w[NR];
-    float sw[NR];
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
-      w[j] = load_w16(W + j * row_bytes + k0);
-      sw[j] = load_scale(W + j * row_bytes + K + k0 / 8);
+      const __m512 sw = _mm512_maskz_loadu_ps(gm, W + j * row_bytes + K + g * 4);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i)
+        _mm512_store_ps(scale[i][j], _mm512_mul_ps(sw, _mm512_maskz_loadu_ps(gm, qs + i * nblocks + g)));
     }
+    const int64_t b_end = min64(g + 16, nblocks);
+    for (int64_t b = g; b < b_end; ++b) {
+      const int64_t k0 = b * 32;
+      if (prefetch != nullptr && (k0 & 63) == 0) {
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512i a = _mm512_loadu_si512(qa + i * K + k0);
-      const float sa = qs[i * (K / 32) + k0 / 32];
+        for (int j = 0; j < NR; ++j)
+          _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
+      }
+      __m512i w[NR];
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j)
-        acc[i][j] =
-            _mm512_fmadd_ps(_mm512_set1_ps(sw[j] * sa), _mm512_cvtepi32_ps(_mm512_madd_epi16(w[j], a)), acc[i][j]);
+      for (int j = 0; j < NR; ++j) w[j] = load_w16(W + j * row_bytes + k0);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512i a = _mm512_loadu_si512(qa + i * K + k0);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j)
+          acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(scale[i][j][b - g]),
+                                      _mm512_cvtepi32_ps(_mm512_madd_epi16(w[j], a)), acc[i][j]);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -293,6 +306,11 @@ void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, in
 
 constexpr int kQ8Mr = 4;
 constexpr int kQ8Nr = 4;  // also the far streams of decode tiles (4 x 4 acc + 4 W + A = 21 zmm)
+// Far streams of a one-row tile. int8 rows are short (K + K/8 bytes), and
+// with 4 streams one thread read a 1536 x 512 matrix at 8.2-9.2 GB/s, with
+// 8 at 11.5-11.7 (bench_kernels avx512/gemm_nt_q8_stream/M1_N1536_K512, two
+// runs each); N512 x K1536 read 15.7-16.1 either way.
+constexpr int kQ8FarNr1 = 8;
 using Q8TileFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t, int64_t,
                           const uint8_t*);
 constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
@@ -317,17 +335,22 @@ void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, in
     float* c = C + m0 * ldc;
     int64_t n_adj = n0;
     if (rows <= kFarMaxM) {
-      const int64_t q = (n1 - n0) / kQ8Nr;
+      const int64_t nr = rows == 1 ? kQ8FarNr1 : kQ8Nr;
+      const int64_t q = (n1 - n0) / nr;
       for (int64_t i = 0; i < q; ++i) {
         const uint8_t* w = W + (n0 + i) * rb;
         const uint8_t* next = i + 1 < q ? w + rb : nullptr;
+        if (rows == 1) {
+          q8_tile<1, kQ8FarNr1>(K, qa, qs, w, q * rb, c + n0 + i, ldc, q, next);
+          continue;
+        }
         for (int64_t m = 0; m < rows; m += kQ8Mr) {
           const int64_t mr = min64(kQ8Mr, rows - m);
           kQ8Tiles[mr - 1][kQ8Nr - 1](K, qa + m * K, qs + m * (K / 32), w, q * rb, c + m * ldc + n0 + i, ldc, q,
                                       m == 0 ? next : nullptr);
         }
       }
-      n_adj = n0 + q * kQ8Nr;
+      n_adj = n0 + q * nr;
     }
     for (int64_t n = n_adj; n < n1; n += kQ8Nr) {
       const int64_t nr = min64(kQ8Nr, n1 - n);
