@@ -3,7 +3,8 @@
 //
 // Cost matters: this runs once per token per sequence on the decode path. A
 // full sort of the vocabulary (what nucleus sampling is usually written as)
-// took 3.8 ms per token for 32000 logits, 28% of a k3-base bf16 decode step,
+// took 3.0 ms per draw for 32000 logits (build/bin/bench_sampler), about a
+// quarter of a k3-base bf16 decode step (docs/performance.md),
 // so nothing here sorts more than top-k candidates: without top-k the
 // nucleus is found by selection (nucleus_prefix, O(vocab) expected).
 #include "runtime/sampler.h"

@@ -369,17 +369,18 @@ void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, in
 
 // W in the panel layout (util/panel.h): panel p = rows 16p..16p+15 of W
 // stored k-major, so one k step of a panel is 16 contiguous weights, exactly
-// one zmm. The tiles broadcast A[i, k] (an embedded-broadcast FMA operand)
-// and FMA it into one accumulator per row and panel: each output is one FMA
-// chain over k from k = 0, whatever the tile, M or column range (the
-// kernels.h contract), so results equal the scalar reference bit for bit and
-// equal the AVX2 table's, with no horizontal sums.
+// one zmm. The tiles broadcast A[i, k] and FMA it into one accumulator per
+// row and panel: each output is one FMA chain over k from k = 0, whatever
+// the tile, M or column range (the kernels.h contract), so results equal the
+// scalar reference bit for bit and equal the AVX2 table's, with no
+// horizontal sums.
+
 // Decode tiles prefetch each stream this far ahead (as the AVX2 tiles do).
 constexpr int64_t kPanelPrefetchBytes = 1024;
 
 // bf16 panels store columns 4-7 and 8-11 swapped (for AVX2's in-lane
 // unpack). Widening 16 bf16 with vpmovzxwd keeps that slot order, so the
-// accumulators hold the columns permuted; kBf16Unslot puts them back in
+// accumulators hold the columns permuted; panel_columns puts them back in
 // order as a tile is stored (the swap is its own inverse).
 inline __m512 load_panel_row(const float* p) {
   return _mm512_loadu_ps(p);
