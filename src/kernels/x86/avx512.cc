@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/x86/panel_split.h"
+#include "kernels/x86/q8_drive.h"
 #include "kernels/x86/tables.h"
 
 namespace k3::kernels {
@@ -320,49 +321,17 @@ constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
     {q8_tile<4, 1>, q8_tile<4, 2>, q8_tile<4, 3>, q8_tile<4, 4>},
 };
 
-// Rows of A are quantized in chunks into a stack buffer (no allocation, and
-// it stays in L1/L2), then every W row is streamed once per chunk: once per
-// call for decode, in far tiles (gemm_nt_t explains them) for <= 8 rows.
+// The driver (x86/q8_drive.h) with this table's tiles and the AVX2 table's
+// row rounding.
 void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
                 int64_t ldc) {
-  alignas(64) int16_t qa[kQ8MaxK];
-  alignas(64) float qs[kQ8MaxK / 32];
-  const int64_t rb = K + K / 32 * 4;  // ir::q8_row_bytes
-  const int64_t chunk = K == 0 ? M : kQ8MaxK / K;
-  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
-    const int64_t rows = min64(chunk, M - m0);
-    for (int64_t i = 0; i < rows; ++i) quantize_row_q16_avx2(A + (m0 + i) * lda, K, qa + i * K, qs + i * (K / 32));
-    float* c = C + m0 * ldc;
-    int64_t n_adj = n0;
-    if (rows <= kFarMaxM) {
-      const int64_t nr = rows == 1 ? kQ8FarNr1 : kQ8Nr;
-      const int64_t q = (n1 - n0) / nr;
-      for (int64_t i = 0; i < q; ++i) {
-        const uint8_t* w = W + (n0 + i) * rb;
-        const uint8_t* next = i + 1 < q ? w + rb : nullptr;
-        if (rows == 1) {
-          q8_tile<1, kQ8FarNr1>(K, qa, qs, w, q * rb, c + n0 + i, ldc, q, next);
-          continue;
-        }
-        for (int64_t m = 0; m < rows; m += kQ8Mr) {
-          const int64_t mr = min64(kQ8Mr, rows - m);
-          kQ8Tiles[mr - 1][kQ8Nr - 1](K, qa + m * K, qs + m * (K / 32), w, q * rb, c + m * ldc + n0 + i, ldc, q,
-                                      m == 0 ? next : nullptr);
-        }
-      }
-      n_adj = n0 + q * nr;
-    }
-    for (int64_t n = n_adj; n < n1; n += kQ8Nr) {
-      const int64_t nr = min64(kQ8Nr, n1 - n);
-      const uint8_t* w = W + n * rb;
-      const uint8_t* next = n + 2 * kQ8Nr <= n1 ? w + kQ8Nr * rb : nullptr;
-      for (int64_t m = 0; m < rows; m += kQ8Mr) {
-        const int64_t mr = min64(kQ8Mr, rows - m);
-        kQ8Tiles[mr - 1][nr - 1](K, qa + m * K, qs + m * (K / 32), w, rb, c + m * ldc + n, ldc, 1,
-                                 m == 0 ? next : nullptr);
-      }
-    }
-  }
+  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr};
+  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, quantize_row_q16_avx2,
+                [&](int64_t mr, int64_t nr, const int16_t* qa, const float* qs, const uint8_t* w, int64_t w_stride,
+                    float* c, int64_t cs, const uint8_t* prefetch) {
+                  if (nr == kQ8FarNr1) return q8_tile<1, kQ8FarNr1>(K, qa, qs, w, w_stride, c, ldc, cs, prefetch);
+                  kQ8Tiles[mr - 1][nr - 1](K, qa, qs, w, w_stride, c, ldc, cs, prefetch);
+                });
 }
 
 // ---- gemm_nt over panels (gemm_nt_p16 / gemm_nt_bf16p16) -------------------

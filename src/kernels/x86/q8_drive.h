@@ -1,0 +1,71 @@
+// The int8 GEMM's driver (gemm_nt_q8), shared by the AVX2 and AVX-512
+// tables: rows of A are rounded to int16 in chunks into a stack buffer (no
+// allocation; a chunk holds at least one row for K <= kQ8MaxK), then every
+// W row is streamed once per chunk, so once per call for decode. Chunks of
+// at most far_max_m rows first run far tiles (avx2.cc, kFarMaxM, explains
+// them), then adjacent ones. The tables supply their own row rounding and
+// tiles. No intrinsics; an anonymous namespace, so each ISA translation unit
+// compiles its own copy with its own flags.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace k3::kernels {
+namespace {
+
+struct Q8Tiling {
+  int64_t max_mr;       // rows of A per tile
+  int64_t far_max_m;    // chunks of at most this many rows use far tiles first
+  int64_t far_nr_row1;  // far streams (W rows per tile) of a one-row chunk
+  int64_t far_nr;       // far streams of larger chunks
+  int64_t adj_nr_row1;  // W rows per adjacent tile, one-row chunk
+  int64_t adj_nr;       // W rows per adjacent tile, larger chunks
+};
+
+// quantize(a, K, qa, qs): one row of A into qa[K] int16 and qs[K/32] scales.
+// tile(mr, nr, qa, qs, w, w_stride, c, cs, prefetch): mr rounded rows (row
+// stride K) against nr W rows w_stride bytes apart; output j of row i goes
+// to c[i * ldc + j * cs]; prefetch, if set, is the next tile's first W row.
+template <class Quantize, class Tile>
+void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+                   const uint8_t* W, float* C, int64_t ldc, Quantize quantize, Tile tile) {
+  alignas(64) int16_t qa[kQ8MaxK];
+  alignas(64) float qs[kQ8MaxK / 32];
+  const int64_t rb = K + K / 32 * 4;  // ir::q8_row_bytes (not included: baseline code)
+  const int64_t chunk = K == 0 ? M : kQ8MaxK / K;
+  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+    const int64_t rows = chunk < M - m0 ? chunk : M - m0;
+    for (int64_t i = 0; i < rows; ++i) quantize(A + (m0 + i) * lda, K, qa + i * K, qs + i * (K / 32));
+    float* c = C + m0 * ldc;
+    // Every row tile of the chunk against nr W rows starting at w; only the
+    // first row tile prefetches, the later ones find the rows in cache.
+    auto row_tiles = [&](int64_t nr, const uint8_t* w, int64_t w_stride, int64_t n, int64_t cs, const uint8_t* next) {
+      for (int64_t m = 0; m < rows; m += t.max_mr) {
+        const int64_t mr = rows - m < t.max_mr ? rows - m : t.max_mr;
+        tile(mr, nr, qa + m * K, qs + m * (K / 32), w, w_stride, c + m * ldc + n, cs, m == 0 ? next : nullptr);
+      }
+    };
+    int64_t n_adj = n0;
+    if (rows <= t.far_max_m) {
+      const int64_t nr = rows == 1 ? t.far_nr_row1 : t.far_nr;
+      const int64_t q = (n1 - n0) / nr;
+      for (int64_t i = 0; i < q; ++i) {
+        const uint8_t* w = W + (n0 + i) * rb;
+        row_tiles(nr, w, q * rb, n0 + i, q, i + 1 < q ? w + rb : nullptr);  // next row of every stream
+      }
+      n_adj = n0 + q * nr;
+    }
+    const int64_t adj = rows == 1 ? t.adj_nr_row1 : t.adj_nr;
+    for (int64_t n = n_adj; n < n1; n += adj) {
+      const int64_t nr = n1 - n < adj ? n1 - n : adj;
+      const uint8_t* w = W + n * rb;
+      // Prefetch the next tile only when it is a full one (all its rows exist).
+      row_tiles(nr, w, rb, n, 1, n + 2 * adj <= n1 ? w + adj * rb : nullptr);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace k3::kernels
