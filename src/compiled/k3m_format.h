@@ -21,7 +21,8 @@
 namespace k3::k3m {
 
 inline constexpr char kMagic[8] = {'K', '3', 'M', 'O', 'D', 'E', 'L', '\0'};
-inline constexpr uint32_t kVersion = 1;
+// 2: kQ8 rows interleave their int8 values across 16-block groups (util/quant.h).
+inline constexpr uint32_t kVersion = 2;
 inline constexpr uint64_t kHeaderBytes = 128;
 inline constexpr uint64_t kDataAlign = 4096;  // data section start
 inline constexpr uint64_t kTensorAlign = 64;  // each tensor within it

@@ -39,17 +39,20 @@ struct KernelTable {
   void (*gemm_nt_bf16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                        int64_t ldw, float* C, int64_t ldc);
 
-  // gemm_nt with W in the compiler's int8 format (ir::DType::kQ8): row n of
-  // W is K int8 values then K/32 f32 scales (ldw is implied: q8_row_bytes(K)
-  // bytes per row; K % 32 == 0, K <= kQ8MaxK). The activations are rounded to
-  // int16 per block of 32 of a row (scale = max|a| / 32767, q = round-to-
-  // nearest-even(a * (32767 / max|a|))), each block's dot product is exact in
-  // integers, and C = sum over blocks of (w_scale * a_scale) * dot in f32.
-  // The activation rounding (<= 2^-16 of the block's largest value) is far
-  // below the weights' (2^-8): W8A16. A block holding NaN or inf gets scale
-  // NaN (util/quant.h), so its row's results are NaN, as in f32. Same
-  // contract as gemm_nt: each element's summation order is fixed, whatever
-  // M, n0, n1 are.
+  // gemm_nt with W in the compiler's int8 format (ir::DType::kQ8,
+  // util/quant.h): row n of W is K int8 values, interleaved 4 bytes at a time
+  // across groups of 16 blocks of 32, then K/32 f32 scales (ldw is implied:
+  // q8_row_bytes(K) bytes per row; K % 32 == 0, K <= kQ8MaxK). The
+  // activations are rounded to int8 per block of 32 of a row (scale =
+  // max|a| / 127, q = round-to-nearest-even(a * (127 / max|a|)),
+  // util/quant.h quantize_a8_row), each block's dot product is exact in
+  // integers, and C = sum over blocks of (w_scale * a_scale) * dot in f32:
+  // W8A8, llama.cpp's Q8_0 x Q8_0, which VNNI's vpdpbusd computes 64 bytes
+  // per instruction. A block holding NaN or inf gets scale NaN, so its row's
+  // results are NaN, as in f32. Same contract as gemm_nt: each element's
+  // summation order is fixed, whatever M, n0, n1 are (the tables add the
+  // blocks in different orders, so they differ from each other in the last
+  // bits).
   void (*gemm_nt_q8)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc);
 

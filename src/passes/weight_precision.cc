@@ -8,9 +8,10 @@
 // bf16: f32 -> bf16 rounds to nearest even. The kernels widen bf16 exactly
 // and accumulate in f32, so the only error is the rounding of the weights.
 // int8: symmetric absmax quantization per block of 32 weights of a row with
-// an f32 scale (util/quant.h; llama.cpp's Q8_0 grouping). The kernels round
-// activations to int16 per block (kernels.h, gemm_nt_q8) for exact integer
-// dot products: W8A16, the weights' rounding dominates.
+// an f32 scale (util/quant.h; llama.cpp's Q8_0 grouping), the rows
+// interleaved across 16-block groups for VNNI. The kernels round activations
+// to int8 per block (kernels.h, gemm_nt_q8) for exact integer dot products:
+// W8A8, llama.cpp's Q8_0 x Q8_0 (docs/precision.md has its quality cost).
 //
 // Guards (each has a must-not-convert test in tests/passes/test_weight_precision.cc):
 //   - only weight values (constants) are converted, never activations;

@@ -9,6 +9,14 @@
 // its K/32 f32 scales: one contiguous stream per row, q8_row_bytes(K) bytes,
 // the int8 part first so the kernels' wide loads stay aligned with the row.
 // This is llama.cpp's Q8_0 grouping (32) with an f32 scale instead of f16.
+//
+// The int8 values are interleaved four bytes at a time across groups of 16
+// blocks (512 weights; the row's last group holds the r = 1..16 blocks that
+// are left): group g stores, for t = 0..7, bytes 4t..4t+3 of each of its r
+// blocks in turn. So one 64-byte load of a full group gives 4 consecutive
+// weights of 16 different blocks: a 32-bit lane per block, which is what
+// VNNI's vpdpbusd accumulates (lane l sums block l's 32 products exactly in 8
+// steps), and a group's 16 scales are one vector. q8_offset has the map.
 #pragma once
 
 #include <cmath>
@@ -19,6 +27,14 @@
 #include "ir/dtype.h"
 
 namespace k3 {
+
+// Byte offset of weight k within a kQ8 row of k_dim weights (the layout above).
+inline int64_t q8_offset(int64_t k, int64_t k_dim) {
+  const int64_t g = k / 512, blocks = k_dim / ir::kQ8Block - g * 16;
+  const int64_t r = blocks < 16 ? blocks : 16;  // blocks in this group
+  const int64_t l = k % 512 / ir::kQ8Block, i = k % ir::kQ8Block;
+  return g * 512 + i / 4 * (4 * r) + 4 * l + i % 4;
+}
 
 // src: [K] f32; dst: q8_row_bytes(K) bytes.
 inline void quantize_q8_row(const float* src, int64_t k_dim, uint8_t* dst) {
@@ -36,7 +52,7 @@ inline void quantize_q8_row(const float* src, int64_t k_dim, uint8_t* dst) {
     for (int64_t i = 0; i < ir::kQ8Block; ++i) {
       const float q = scale == 0.0f || !finite ? 0.0f : std::nearbyint(x[i] / scale);
       const float clamped = std::fmin(127.0f, std::fmax(-127.0f, q));
-      dst[b * ir::kQ8Block + i] = static_cast<uint8_t>(static_cast<int8_t>(clamped));
+      dst[q8_offset(b * ir::kQ8Block + i, k_dim)] = static_cast<uint8_t>(static_cast<int8_t>(clamped));
     }
     std::memcpy(dst + k_dim + b * 4, &scale, 4);
   }
@@ -46,7 +62,7 @@ inline void quantize_q8_row(const float* src, int64_t k_dim, uint8_t* dst) {
 inline float q8_weight(const uint8_t* row, int64_t k_dim, int64_t k) {
   float scale;
   std::memcpy(&scale, row + k_dim + k / ir::kQ8Block * 4, 4);
-  return static_cast<float>(static_cast<int8_t>(row[k])) * scale;
+  return static_cast<float>(static_cast<int8_t>(row[q8_offset(k, k_dim)])) * scale;
 }
 
 // src: q8_row_bytes(K) bytes; dst: [K] f32.
@@ -54,13 +70,15 @@ inline void dequantize_q8_row(const uint8_t* src, int64_t k_dim, float* dst) {
   for (int64_t k = 0; k < k_dim; ++k) dst[k] = q8_weight(src, k_dim, k);
 }
 
-// The kernels' rounding of one activation row to int16 per block of 32
-// (kernels.h, gemm_nt_q8): scale = max|a| / 32767, q = round-to-nearest-even
-// (a * (32767 / max|a|)); an all-zero block has scale 0, a block holding NaN
-// or inf has scale NaN and q 0 (the row's results are NaN, as in f32, not a
-// saturated finite value). The SIMD tables do the same float operations, so
-// the integers agree exactly.
-inline void quantize_a16_row(const float* a, int64_t k_dim, int16_t* q, float* scales) {
+// The kernels' rounding of one activation row to int8 per block of 32
+// (kernels.h, gemm_nt_q8; llama.cpp's Q8_0 activations): scale = max|a| /
+// 127, q = round-to-nearest-even(a * (127 / max|a|)) in [-127, 127], in
+// natural order; a block whose largest magnitude is below 2^-100 counts as
+// all zero (scale 0, q 0: 127 / max|a| could overflow), a block holding NaN or inf
+// has scale NaN and q 0 (the row's results are NaN, as in f32, not a
+// saturated finite value). The SIMD tables do the same float operations (one
+// division, one multiply, one rounding), so the integers agree exactly.
+inline void quantize_a8_row(const float* a, int64_t k_dim, int8_t* q, float* scales) {
   for (int64_t b = 0; b < k_dim / ir::kQ8Block; ++b) {
     const float* x = a + b * ir::kQ8Block;
     float amax = 0.0f;
@@ -74,10 +92,11 @@ inline void quantize_a16_row(const float* a, int64_t k_dim, int16_t* q, float* s
       for (int64_t i = 0; i < ir::kQ8Block; ++i) q[b * ir::kQ8Block + i] = 0;
       continue;
     }
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    scales[b] = amax / 32767.0f;
+    const bool zero = amax < 0x1p-100f;
+    const float inv = zero ? 0.0f : 127.0f / amax;
+    scales[b] = zero ? 0.0f : amax / 127.0f;
     for (int64_t i = 0; i < ir::kQ8Block; ++i)
-      q[b * ir::kQ8Block + i] = static_cast<int16_t>(std::nearbyint(x[i] * inv));
+      q[b * ir::kQ8Block + i] = static_cast<int8_t>(std::nearbyint(x[i] * inv));
   }
 }
 

@@ -328,9 +328,36 @@ TEST(Q8Format, RoundTripErrorIsAtMostHalfAStep) {
   for (int i = 64; i < 96; ++i) EXPECT_EQ(back[static_cast<size_t>(i)], 0.0f);
   // The block's largest magnitude maps to +-127 exactly.
   int max_q = 0;
-  for (int i = 0; i < 32; ++i)
-    max_q = std::max(max_q, std::abs(static_cast<int>(static_cast<int8_t>(q[static_cast<size_t>(i)]))));
+  for (int64_t i = 0; i < 32; ++i)
+    max_q = std::max(max_q, std::abs(static_cast<int>(static_cast<int8_t>(q[static_cast<size_t>(q8_offset(i, 64))]))));
   EXPECT_EQ(max_q, 127);
+}
+
+// The int8 values of a row are interleaved 4 bytes at a time across groups
+// of 16 blocks (util/quant.h), the last group holding what is left: the map
+// is a permutation of [0, K) that keeps each 4-byte piece together and puts
+// step t of block l of a group of r blocks at 4 * (t * r + l).
+TEST(Q8Format, OffsetsInterleaveFourBytesAcrossSixteenBlockGroups) {
+  EXPECT_EQ(q8_offset(0, 512), 0);
+  EXPECT_EQ(q8_offset(3, 512), 3);
+  EXPECT_EQ(q8_offset(4, 512), 64);                          // block 0, step 1: after step 0 of all 16 blocks
+  EXPECT_EQ(q8_offset(32, 512), 4);                          // block 1, step 0
+  EXPECT_EQ(q8_offset(511, 512), 511);                       // block 15, step 7, byte 3
+  EXPECT_EQ(q8_offset(4, 96), 12);                           // a lone group of 3 blocks: steps of 12 bytes
+  EXPECT_EQ(q8_offset(512 + 36, 576), 512 + 4 + 4 * 2 + 0);  // second group of 2 blocks: block 1, step 1
+  for (int64_t K : {32, 96, 512, 544, 800, 1056}) {
+    std::vector<int> seen(static_cast<size_t>(K), 0);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t o = q8_offset(k, K);
+      ASSERT_TRUE(o >= 0 && o < K) << K << " " << k;
+      ++seen[static_cast<size_t>(o)];
+      if (k % 4 != 0) {
+        ASSERT_EQ(o, q8_offset(k - 1, K) + 1) << K << " " << k;
+      }
+      ASSERT_EQ(o / 512, k / 512) << "stays in its group";
+    }
+    for (int64_t o = 0; o < K; ++o) ASSERT_EQ(seen[static_cast<size_t>(o)], 1) << K << " offset " << o;
+  }
 }
 
 // A NaN or inf weight poisons its block (scale NaN, so the block dequantizes
@@ -359,7 +386,7 @@ TEST(Q8Format, NonFiniteWeightMakesItsBlockNaN) {
 TEST_P(KernelTest, GemmQ8MatchesReferenceAndIsBitExactAcrossBatchAndSplits) {
   std::mt19937 rng(4);
   for (int64_t M : {1, 2, 3, 4, 5, 8, 13}) {
-    for (int64_t K : {32, 64, 96, 512, 544, 1056}) {
+    for (int64_t K : {32, 64, 96, 288, 512, 544, 800, 1056}) {
       for (int64_t N : {1, 2, 3, 4, 5, 8, 9, 17, 37}) {
         const int64_t lda = K + 3, ldc = N + 1;
         const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
@@ -388,6 +415,32 @@ TEST_P(KernelTest, GemmQ8MatchesReferenceAndIsBitExactAcrossBatchAndSplits) {
           t().gemm_nt_q8(M, n0, n0 + 3 < N ? n0 + 3 : N, K, A.data(), lda, Q.data(), split.data(), ldc);
         for (size_t i = 0; i < C.size(); ++i) ASSERT_EQ(bits(split[i]), bits(C[i])) << "split, i=" << i;
       }
+    }
+  }
+}
+
+// With one-hot weight rows (W[n, k] = [k == n]) each output is one block's
+// w_scale * a_scale * q: every table must round the activations to the very
+// integers of util/quant.h (quantize_a8_row), ties and tiny blocks included,
+// so the outputs are bit-identical to the reference's.
+TEST_P(KernelTest, GemmQ8RoundsActivationsExactlyLikeTheReference) {
+  std::mt19937 rng(8);
+  for (int64_t K : {32, 96, 544}) {
+    const int64_t M = 3;
+    auto A = random_vec(M * K, rng, -4.0f, 4.0f);
+    for (int64_t k = 0; k < 32; ++k) A[static_cast<size_t>(k)] = static_cast<float>(k - 16) * 0.5f;  // ties at x.5
+    A[static_cast<size_t>(K + 1)] *= 1e-20f;                                                         // one tiny value
+    for (int64_t k = 32; k < 64 && k < K; ++k)
+      A[static_cast<size_t>(K + k)] = 1e-33f * static_cast<float>(k);  // < 2^-100
+    std::vector<float> eye(static_cast<size_t>(K * K), 0.0f);
+    for (int64_t n = 0; n < K; ++n) eye[static_cast<size_t>(n * K + n)] = 1.0f;
+    const auto Q = quantize(eye, K, K);
+    std::vector<float> C(static_cast<size_t>(M * K)), R(C);
+    t().gemm_nt_q8(M, 0, K, K, A.data(), K, Q.data(), C.data(), K);
+    ref().gemm_nt_q8(M, 0, K, K, A.data(), K, Q.data(), R.data(), K);
+    for (size_t i = 0; i < C.size(); ++i) ASSERT_EQ(bits(C[i]), bits(R[i])) << "K " << K << " i " << i;
+    if (K >= 64) {
+      EXPECT_EQ(R[static_cast<size_t>(K + 40)], 0.0f) << "a block below 2^-100 counts as zero";
     }
   }
 }

@@ -71,25 +71,25 @@ void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
   gemm_nt_panels(M, n0, n1, K, A, lda, W, C, ldc);
 }
 
-// gemm_nt with W in the int8 block format (kernels.h): activations rounded
-// to int16 per block of 32 exactly as the SIMD tables do, integer block dot
-// products, scaled and summed in f32 block by block.
+// gemm_nt with W in the int8 block format (kernels.h, util/quant.h):
+// activations rounded to int8 per block of 32 exactly as the SIMD tables do,
+// integer block dot products, scaled and summed in f32 block by block.
 void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
                 int64_t ldc) {
   const auto row_bytes = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
   // Stack buffers: this table is also the fallback on CPUs without AVX2,
   // where decode must not allocate either.
-  int16_t qa[kQ8MaxK];
+  int8_t qa[kQ8MaxK];
   float qs[kQ8MaxK / ir::kQ8Block];
   for (int64_t m = 0; m < M; ++m) {
-    quantize_a16_row(A + m * lda, K, qa, qs);
+    quantize_a8_row(A + m * lda, K, qa, qs);
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* row = W + n * row_bytes;
       float acc = 0.0f;
       for (int64_t b = 0; b < K / ir::kQ8Block; ++b) {
         int32_t dot = 0;
         for (int64_t i = b * ir::kQ8Block; i < (b + 1) * ir::kQ8Block; ++i)
-          dot += static_cast<int32_t>(static_cast<int8_t>(row[i])) * qa[i];
+          dot += static_cast<int32_t>(static_cast<int8_t>(row[q8_offset(i, K)])) * qa[i];
         float sw;
         std::memcpy(&sw, row + K + b * 4, 4);
         acc += sw * qs[b] * static_cast<float>(dot);

@@ -231,173 +231,187 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
 
 // ---- gemm_nt_q8 ------------------------------------------------------------
 
-// int8 weights (rows: K int8, then K/32 f32 scales; K % 32 == 0) against
-// activations rounded to int16 per block of 32 (kernels.h has the exact
-// semantics). Per block, one W row and one A row:
-//   p = madd16(w[0:16], a[0:16]) + madd16(w[16:32], a[16:32])   (8 int32 lanes, exact)
-//   acc = fma(w_scale * a_scale, float(p), acc)
-// and C = hsum(acc). Integer multiply-adds replace the per-weight convert
-// and multiply of a float path, so a weight byte costs about a quarter of an
-// instruction: batch-1 decode is bound by memory again, not by conversions.
-// Each lane sums 4 products of at most 127 * 32767, below 2^24, so the
-// conversion to float is exact. Nothing depends on M, the tile or the column
-// split (the gemm_nt contract).
+// int8 weights (util/quant.h: 16-block groups interleaved 4 bytes at a time,
+// then the f32 scales) against activations rounded to int8 per block of 32
+// (kernels.h has the exact semantics). A prepared activation row is its int8
+// values in the weights' interleaved order, their magnitudes in the same
+// order, then its K/32 scales (68 bytes per block). One ymm step of a group
+// holds 4 weights of 8 blocks, a 32-bit lane per block, so per W row,
+// activation row and half group (8 blocks, 8 steps):
+//   acc += madd16(maddubs(|a|, sign(w, a)), 1)   (lane l: block l's dot, exact)
+// then facc = fma(w_scale * a_scale, float(acc), facc) for the 8 blocks, and
+// C = hsum(facc). maddubs multiplies unsigned |a| by w carrying a's sign; no
+// pair sum can saturate (2 * 127 * 127 < 2^15) and a block's dot (at most
+// 32 * 127^2 < 2^24) converts to f32 exactly. Nothing depends on M, the
+// tile or the column split (the gemm_nt contract).
 
-// One row of A quantized: qa[K] int16 and qs[K/32] f32 scales (also used by
-// the AVX-512 table, through quantize_row_q16_avx2).
-void quantize_row_a(const float* a, int64_t K, int16_t* qa, float* qs) {
+constexpr int64_t kQ8ActBytes = 68;  // per block: int8, |int8|, f32 scale
+
+// One row of A -> its prepared form (above). Blocks are rounded in natural
+// order into a group buffer, then interleaved like the weights.
+void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 inf = _mm256_set1_ps(__builtin_inff());
-  for (int64_t k0 = 0; k0 < K; k0 += 32) {
-    __m256 x[4];
-    for (int s = 0; s < 4; ++s) x[s] = _mm256_loadu_ps(a + k0 + s * kW);
-    __m256 ax[4];
-    for (int s = 0; s < 4; ++s) ax[s] = _mm256_andnot_ps(sign, x[s]);
-    // NaN or inf anywhere in the block: scale NaN, q 0 (util/quant.h). The
-    // unordered compare is true for NaN, >= for inf.
-    const __m256 bad =
-        _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(ax[0], inf, _CMP_NLT_UQ), _mm256_cmp_ps(ax[1], inf, _CMP_NLT_UQ)),
-                     _mm256_or_ps(_mm256_cmp_ps(ax[2], inf, _CMP_NLT_UQ), _mm256_cmp_ps(ax[3], inf, _CMP_NLT_UQ)));
-    if (_mm256_movemask_ps(bad) != 0) [[unlikely]] {
-      qs[k0 / 32] = __builtin_nanf("");
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qa + k0), _mm256_setzero_si256());
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qa + k0 + 16), _mm256_setzero_si256());
-      continue;
+  const int64_t nb = K / 32;
+  uint8_t* qabs = out + K;
+  float* qs = reinterpret_cast<float*>(out + 2 * K);
+  alignas(32) uint8_t blocks[512];
+  for (int64_t g = 0; g * 16 < nb; ++g) {
+    const int64_t r = min64(16, nb - g * 16);
+    for (int64_t l = 0; l < r; ++l) {
+      const int64_t b = g * 16 + l;
+      __m256 x[4], ax[4];
+      for (int s = 0; s < 4; ++s) x[s] = _mm256_loadu_ps(a + b * 32 + s * kW);
+      for (int s = 0; s < 4; ++s) ax[s] = _mm256_andnot_ps(sign, x[s]);
+      // NaN or inf anywhere in the block: scale NaN, q 0 (util/quant.h). The
+      // unordered compare is true for NaN, >= for inf.
+      const __m256 bad =
+          _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(ax[0], inf, _CMP_NLT_UQ), _mm256_cmp_ps(ax[1], inf, _CMP_NLT_UQ)),
+                       _mm256_or_ps(_mm256_cmp_ps(ax[2], inf, _CMP_NLT_UQ), _mm256_cmp_ps(ax[3], inf, _CMP_NLT_UQ)));
+      __m256 m = _mm256_max_ps(_mm256_max_ps(ax[0], ax[1]), _mm256_max_ps(ax[2], ax[3]));
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float amax = _mm_cvtss_f32(m4);
+      const bool zero = amax < 0x1p-100f;  // counts as all zero (util/quant.h, quantize_a8_row)
+      if (_mm256_movemask_ps(bad) != 0 || zero) [[unlikely]] {
+        qs[b] = zero ? 0.0f : __builtin_nanf("");
+        _mm256_store_si256(reinterpret_cast<__m256i*>(blocks + l * 32), _mm256_setzero_si256());
+        continue;
+      }
+      qs[b] = amax / 127.0f;
+      const __m256 vinv = _mm256_set1_ps(127.0f / amax);
+      // cvtps rounds to nearest even (the default MXCSR mode), like nearbyint.
+      __m256i q[4];
+      for (int s = 0; s < 4; ++s) q[s] = _mm256_cvtps_epi32(_mm256_mul_ps(x[s], vinv));
+      const __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      // The packs interleave 4-byte pieces across 128-bit lanes: restore order.
+      _mm256_store_si256(reinterpret_cast<__m256i*>(blocks + l * 32),
+                         _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     }
-    __m256 m = _mm256_max_ps(_mm256_max_ps(ax[0], ax[1]), _mm256_max_ps(ax[2], ax[3]));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    qs[k0 / 32] = amax / 32767.0f;
-    const __m256 vinv = _mm256_set1_ps(inv);
-    // cvtps rounds to nearest even (the default MXCSR mode), like nearbyint.
-    const __m256i q01 = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[0], vinv)),
-                                           _mm256_cvtps_epi32(_mm256_mul_ps(x[1], vinv)));
-    const __m256i q23 = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[2], vinv)),
-                                           _mm256_cvtps_epi32(_mm256_mul_ps(x[3], vinv)));
-    // packs interleaves 128-bit lanes: restore element order.
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qa + k0), _mm256_permute4x64_epi64(q01, 0xD8));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qa + k0 + 16), _mm256_permute4x64_epi64(q23, 0xD8));
-  }
-}
-
-inline __m256i load_w16(const uint8_t* p) {
-  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline float load_scale(const uint8_t* p) {
-  float s;  // memcpy: scales may sit at any 4-byte offset; keeps it UB-free
-  __builtin_memcpy(&s, p, 4);
-  return s;
-}
-inline __m256 q8_block(__m256i w0, __m256i w1, __m256i a0, __m256i a1, float scale, __m256 acc) {
-  const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, a0), _mm256_madd_epi16(w1, a1));
-  return _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(p), acc);
-}
-
-// One quantized A row against NR W rows (NR independent memory streams).
-template <int NR>
-void q8_gemv_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C,
-                  int64_t cs, const uint8_t* prefetch) {
-  __m256 acc[NR];
-#pragma GCC unroll 8
-  for (int j = 0; j < NR; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t k0 = 0; k0 < K; k0 += 32) {
-    if (prefetch != nullptr && (k0 & 63) == 0) {
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
-    }
-    const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa + k0));
-    const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa + k0 + 16));
-    const float sa = qs[k0 / 32];
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const uint8_t* row = W + j * row_bytes;
-      acc[j] = q8_block(load_w16(row + k0), load_w16(row + k0 + 16), a0, a1, load_scale(row + K + k0 / 8) * sa, acc[j]);
+    q8_interleave_group(blocks, r, out + g * 512);
+    for (int64_t i = 0; i < r; ++i) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out + g * 512 + i * 32));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qabs + g * 512 + i * 32), _mm256_abs_epi8(v));
     }
   }
-#pragma GCC unroll 8
-  for (int j = 0; j < NR; ++j) C[j * cs] = hsum(acc[j]);
 }
 
-// MR quantized A rows (stride K) against NR W rows; each W block is widened
-// once for all MR rows. 4x2 acc + 4 W + A = 13 ymm.
-template <int MR, int NR>
-void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C, int64_t ldc,
-             int64_t cs, const uint8_t* prefetch) {
-  __m256 acc[MR][NR];
+inline __m256i load_q(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m256i load_q(const uint8_t* p, __m256i mask) {
+  return _mm256_maskload_epi32(reinterpret_cast<const int*>(p), mask);
+}
+
+// The 8 steps of one half group (8 blocks at a time; kFull: all 8 lanes, else
+// the lanes of `mask`): w and qa point at the half's first bytes, `step`
+// bytes between steps (4 * blocks in the group).
+template <int MR, int NR, bool kFull>
+__attribute__((always_inline)) inline void q8_half(const uint8_t* qa, int64_t qa_stride, int64_t K, const uint8_t* w,
+                                                   int64_t row_bytes, int64_t step, __m256i mask,
+                                                   __m256i (&acc)[MR][NR]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+  for (int t = 0; t < 8; ++t) {
+    __m256i wv[NR];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 2
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
-  for (int64_t k0 = 0; k0 < K; k0 += 32) {
-    if (prefetch != nullptr && (k0 & 63) == 0) {
-#pragma GCC unroll 2
-      for (int j = 0; j < NR; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
-    }
-    __m256i w0[NR], w1[NR];
-    float sw[NR];
-#pragma GCC unroll 2
     for (int j = 0; j < NR; ++j) {
-      w0[j] = load_w16(W + j * row_bytes + k0);
-      w1[j] = load_w16(W + j * row_bytes + k0 + 16);
-      sw[j] = load_scale(W + j * row_bytes + K + k0 / 8);
+      const uint8_t* p = w + j * row_bytes + t * step;
+      wv[j] = kFull ? load_q(p) : load_q(p, mask);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
     for (int i = 0; i < MR; ++i) {
-      const int16_t* a = qa + i * K + k0;
-      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 16));
-      const float sa = qs[i * (K / 32) + k0 / 32];
-#pragma GCC unroll 2
-      for (int j = 0; j < NR; ++j) acc[i][j] = q8_block(w0[j], w1[j], a0, a1, sw[j] * sa, acc[i][j]);
+      const uint8_t* p = qa + i * qa_stride + t * step;
+      const __m256i av = kFull ? load_q(p) : load_q(p, mask);
+      const __m256i aa = kFull ? load_q(p + K) : load_q(p + K, mask);
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j)
+        acc[i][j] =
+            _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(wv[j], av)), ones));
     }
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 2
-    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(acc[i][j]);
 }
 
-constexpr int kQ8Mr = 4;
-constexpr int kQ8Nr = 2;
-constexpr int kQ8GemvNr = 4;
+// MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
+// streams): MR x NR int and float accumulators + NR W + 2 A + 1 = 15 ymm at
+// 2 x 2 and 1 x 4.
+template <int MR, int NR>
+void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
+             int64_t ldc, int64_t cs, const uint8_t* prefetch) {
+  const int64_t nb = K / 32;
+  __m256 facc[MR][NR];
+#pragma GCC unroll 2
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) facc[i][j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g * 16 < nb; ++g) {
+    const int64_t r = min64(16, nb - g * 16), step = 4 * r;
+    if (prefetch != nullptr) {  // the next rows' group and its scales
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) {
+        const char* p = reinterpret_cast<const char*>(prefetch + j * row_bytes);
+        for (int64_t o = 0; o < 32 * r; o += 64) _mm_prefetch(p + g * 512 + o, _MM_HINT_T1);
+        _mm_prefetch(p + K + g * 64, _MM_HINT_T1);
+      }
+    }
+    for (int64_t h = 0; h * 8 < r; ++h) {
+      const int64_t lanes = min64(8, r - h * 8), off = g * 512 + h * 32;
+      __m256i acc[MR][NR];
+#pragma GCC unroll 2
+      for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_si256();
+      const __m256i mask = tail_mask(lanes);
+      if (lanes == 8)
+        q8_half<MR, NR, true>(qa + off, qa_stride, K, W + off, row_bytes, step, mask, acc);
+      else
+        q8_half<MR, NR, false>(qa + off, qa_stride, K, W + off, row_bytes, step, mask, acc);
+      const int64_t b0 = g * 16 + h * 8;  // first block of this half
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) {
+        const __m256 sw = _mm256_maskload_ps(reinterpret_cast<const float*>(W + j * row_bytes + K) + b0, mask);
+#pragma GCC unroll 2
+        for (int i = 0; i < MR; ++i) {
+          const __m256 sa = _mm256_maskload_ps(reinterpret_cast<const float*>(qa + i * qa_stride + 2 * K) + b0, mask);
+          facc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(sw, sa), _mm256_cvtepi32_ps(acc[i][j]), facc[i][j]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(facc[i][j]);
+}
 
-using Q8TileFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t, int64_t,
+constexpr int kQ8Mr = 2;
+constexpr int kQ8Nr = 2;
+constexpr int kQ8GemvNr = 4;  // W rows per one-row tile: its memory streams
+
+using Q8TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t, int64_t,
                           const uint8_t*);
-constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
-    {q8_tile<1, 1>, q8_tile<1, 2>},
-    {q8_tile<2, 1>, q8_tile<2, 2>},
-    {q8_tile<3, 1>, q8_tile<3, 2>},
-    {q8_tile<4, 1>, q8_tile<4, 2>},
+constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8GemvNr] = {
+    {q8_tile<1, 1>, q8_tile<1, 2>, q8_tile<1, 3>, q8_tile<1, 4>},
+    {q8_tile<2, 1>, q8_tile<2, 2>, nullptr, nullptr},
 };
-using Q8GemvFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t,
-                          const uint8_t*);
-constexpr Q8GemvFn kQ8Gemv[kQ8GemvNr] = {q8_gemv_tile<1>, q8_gemv_tile<2>, q8_gemv_tile<3>, q8_gemv_tile<4>};
 
 }  // namespace
 
-void quantize_row_q16_avx2(const float* a, int64_t K, int16_t* qa, float* qs) {
-  quantize_row_a(a, K, qa, qs);
+// The driver (x86/q8_drive.h) with this table's tiles: one-row chunks run
+// 1 x kQ8GemvNr tiles, larger ones kQ8Mr x kQ8Nr. Also the AVX-512 table's
+// int8 GEMM on CPUs without VNNI.
+void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                     float* C, int64_t ldc) {
+  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr, kQ8ActBytes};
+  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, prepare_row_q8,
+                [&](int64_t mr, int64_t nr, const uint8_t* qa, int64_t qa_stride, const uint8_t* w, int64_t w_stride,
+                    float* c, int64_t cs, const uint8_t* prefetch) {
+                  kQ8Tiles[mr - 1][nr - 1](K, qa, qa_stride, w, w_stride, c, ldc, cs, prefetch);
+                });
 }
 
 namespace {
-
-// The driver (x86/q8_drive.h) with this table's tiles: one-row chunks run the
-// gemv tiles (kQ8GemvNr streams), larger ones kQ8Mr x kQ8Nr tiles.
-void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
-                int64_t ldc) {
-  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr};
-  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, quantize_row_a,
-                [&](int64_t mr, int64_t nr, const int16_t* qa, const float* qs, const uint8_t* w, int64_t w_stride,
-                    float* c, int64_t cs, const uint8_t* prefetch) {
-                  if (mr == 1) return kQ8Gemv[nr - 1](K, qa, qs, w, w_stride, c, cs, prefetch);
-                  kQ8Tiles[mr - 1][nr - 1](K, qa, qs, w, w_stride, c, ldc, cs, prefetch);
-                });
-}
 
 // ---- gemm_nt over panels ---------------------------------------------------
 
@@ -792,7 +806,7 @@ constexpr KernelTable kTable = {
     .isa = Isa::kAvx2,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
-    .gemm_nt_q8 = gemm_nt_q8,
+    .gemm_nt_q8 = gemm_nt_q8_avx2,
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,

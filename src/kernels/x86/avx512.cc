@@ -7,19 +7,12 @@
 // the linker for baseline code and fault on older CPUs. Tails of every loop
 // use masked loads/stores, which never touch memory outside the mask.
 
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
-// "undefined" vectors (GCC PR 105593, fixed in 12.3/13); it is a false positive.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 #include <math.h>
 
 #include <cstdint>
 
+#include "kernels/x86/avx512_util.h"
 #include "kernels/x86/panel_split.h"
-#include "kernels/x86/q8_drive.h"
 #include "kernels/x86/tables.h"
 
 namespace k3::kernels {
@@ -28,25 +21,6 @@ namespace {
 constexpr int64_t kW = 16;      // floats per vector
 constexpr int64_t kGemmMr = 4;  // rows of A per gemm micro-tile
 constexpr int64_t kGemmNr = 4;  // rows of W per gemm micro-tile (4x4 acc + 4 W + 1 A = 21 zmm)
-
-// Lanes [0, n) set, 0 <= n <= 16.
-inline __mmask16 tail_mask(int64_t n) {
-  return static_cast<__mmask16>((1u << n) - 1u);
-}
-
-inline int64_t min64(int64_t a, int64_t b) {
-  return a < b ? a : b;
-}
-
-// Sum of the 16 lanes in one fixed order (halving tree). gemm_nt relies on
-// this being the same instruction sequence for every output element.
-inline float hsum(__m512 v) {
-  const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  return _mm_cvtss_f32(s4);
-}
 
 // exp(x): x = n*ln2 + r with |r| <= ln2/2 (ln2 split in two for accuracy),
 // exp(r) from the Cephes degree-7 polynomial, then scaled by 2^n. About
@@ -230,108 +204,6 @@ void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64
 void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                   int64_t ldw, float* C, int64_t ldc) {
   gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
-}
-
-// ---- gemm_nt_q8 ------------------------------------------------------------
-
-// int8 weights (rows: K int8, then K/32 f32 scales) against activations
-// rounded to int16 per block of 32 (kernels.h has the semantics; the
-// rounding is the AVX2 table's). One block of a W row is one zmm of int16
-// after sign extension, so per block and pair of rows:
-//   p = madd16(w[0:32], a[0:32])     (16 int32 lanes, each 2 exact products)
-//   acc = fma(w_scale * a_scale, float(p), acc)
-// and C = hsum(acc): about half the instructions per weight byte of the
-// AVX2 kernel (two ymm halves, an extra add), which on this table's first
-// measured host left batch-1 int8 decode compute-bound. Nothing depends on
-// M, the tile or the column split (the gemm_nt contract).
-inline __m512i load_w16(const uint8_t* p) {
-  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-// MR quantized A rows (stride K) against NR W rows (NR memory streams),
-// each W block widened once for all MR rows: MR x NR acc + NR W + A. The
-// per-block scales w_scale * a_scale are multiplied 16 blocks at a time into
-// a stack table (the scales of a row are contiguous), so a block costs one
-// broadcast load for its scale instead of two scalar loads, a multiply and a
-// broadcast; the products, and so the results, are the same.
-template <int MR, int NR>
-void q8_tile(int64_t K, const int16_t* qa, const float* qs, const uint8_t* W, int64_t row_bytes, float* C, int64_t ldc,
-             int64_t cs, const uint8_t* prefetch) {
-  __m512 acc[MR][NR];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
-  const int64_t nblocks = K / 32;
-  for (int64_t g = 0; g < nblocks; g += 16) {
-    const __mmask16 gm = tail_mask(min64(16, nblocks - g));
-    alignas(64) float scale[MR][NR][16];
-    if (prefetch != nullptr) {  // the next rows' scales: the block loop below prefetches only their weights
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 4), _MM_HINT_T1);
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const __m512 sw = _mm512_maskz_loadu_ps(gm, W + j * row_bytes + K + g * 4);
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i)
-        _mm512_store_ps(scale[i][j], _mm512_mul_ps(sw, _mm512_maskz_loadu_ps(gm, qs + i * nblocks + g)));
-    }
-    const int64_t b_end = min64(g + 16, nblocks);
-    for (int64_t b = g; b < b_end; ++b) {
-      const int64_t k0 = b * 32;
-      if (prefetch != nullptr && (k0 & 63) == 0) {
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j)
-          _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + k0), _MM_HINT_T1);
-      }
-      __m512i w[NR];
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) w[j] = load_w16(W + j * row_bytes + k0);
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m512i a = _mm512_loadu_si512(qa + i * K + k0);
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j)
-          acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(scale[i][j][b - g]),
-                                      _mm512_cvtepi32_ps(_mm512_madd_epi16(w[j], a)), acc[i][j]);
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(acc[i][j]);
-}
-
-constexpr int kQ8Mr = 4;
-constexpr int kQ8Nr = 4;  // also the far streams of decode tiles (4 x 4 acc + 4 W + A = 21 zmm)
-// Far streams of a one-row tile. int8 rows are short (K + K/8 bytes), and
-// with 4 streams one thread read a 1536 x 512 matrix at 8.2-9.2 GB/s, with
-// 8 at 11.5-11.7 (bench_kernels avx512/gemm_nt_q8_stream/M1_N1536_K512, two
-// runs each); N512 x K1536 read 15.7-16.1 either way.
-constexpr int kQ8FarNr1 = 8;
-using Q8TileFn = void (*)(int64_t, const int16_t*, const float*, const uint8_t*, int64_t, float*, int64_t, int64_t,
-                          const uint8_t*);
-constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
-    {q8_tile<1, 1>, q8_tile<1, 2>, q8_tile<1, 3>, q8_tile<1, 4>},
-    {q8_tile<2, 1>, q8_tile<2, 2>, q8_tile<2, 3>, q8_tile<2, 4>},
-    {q8_tile<3, 1>, q8_tile<3, 2>, q8_tile<3, 3>, q8_tile<3, 4>},
-    {q8_tile<4, 1>, q8_tile<4, 2>, q8_tile<4, 3>, q8_tile<4, 4>},
-};
-
-// The driver (x86/q8_drive.h) with this table's tiles and the AVX2 table's
-// row rounding.
-void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
-                int64_t ldc) {
-  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr};
-  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, quantize_row_q16_avx2,
-                [&](int64_t mr, int64_t nr, const int16_t* qa, const float* qs, const uint8_t* w, int64_t w_stride,
-                    float* c, int64_t cs, const uint8_t* prefetch) {
-                  if (nr == kQ8FarNr1) return q8_tile<1, kQ8FarNr1>(K, qa, qs, w, w_stride, c, ldc, cs, prefetch);
-                  kQ8Tiles[mr - 1][nr - 1](K, qa, qs, w, w_stride, c, ldc, cs, prefetch);
-                });
 }
 
 // ---- gemm_nt over panels (gemm_nt_p16 / gemm_nt_bf16p16) -------------------
@@ -734,6 +606,14 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
   if (nv == 0) return;
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
   kAttendRegs[nv - 1](q, k, v, len, hd, stride, scale, out);
+}
+
+// int8: the VNNI kernel (x86/avx512_vnni.cc) where the CPU has it, else the
+// AVX2 table's (AVX-512 F/BW without VNNI: Skylake-SP, Cascade Lake has it).
+void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
+                int64_t ldc) {
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  (vnni ? gemm_nt_q8_avx512vnni : gemm_nt_q8_avx2)(M, n0, n1, K, A, lda, W, C, ldc);
 }
 
 constexpr KernelTable kTable = {

@@ -1,11 +1,13 @@
 // The int8 GEMM's driver (gemm_nt_q8), shared by the AVX2 and AVX-512
-// tables: rows of A are rounded to int16 in chunks into a stack buffer (no
-// allocation; a chunk holds at least one row for K <= kQ8MaxK), then every
-// W row is streamed once per chunk, so once per call for decode. Chunks of
-// at most far_max_m rows first run far tiles (avx2.cc, kFarMaxM, explains
-// them), then adjacent ones. The tables supply their own row rounding and
-// tiles. No intrinsics; an anonymous namespace, so each ISA translation unit
-// compiles its own copy with its own flags.
+// tables: rows of A are rounded to int8 and laid out the way the table's
+// tiles read them ("prepared rows", act_bytes_per_block bytes per block of
+// 32) in chunks into a stack buffer (no allocation; a chunk holds at least
+// one row for K <= kQ8MaxK), then every W row is streamed once per chunk, so
+// once per call for decode. Chunks of at most far_max_m rows first run far
+// tiles (avx2.cc, kFarMaxM, explains them), then adjacent ones. The tables
+// supply their own row preparation and tiles. No intrinsics; an anonymous
+// namespace, so each ISA translation unit compiles its own copy with its own
+// flags.
 #pragma once
 
 #include <cstdint>
@@ -16,35 +18,49 @@ namespace k3::kernels {
 namespace {
 
 struct Q8Tiling {
-  int64_t max_mr;       // rows of A per tile
-  int64_t far_max_m;    // chunks of at most this many rows use far tiles first
-  int64_t far_nr_row1;  // far streams (W rows per tile) of a one-row chunk
-  int64_t far_nr;       // far streams of larger chunks
-  int64_t adj_nr_row1;  // W rows per adjacent tile, one-row chunk
-  int64_t adj_nr;       // W rows per adjacent tile, larger chunks
+  int64_t max_mr;               // rows of A per tile
+  int64_t far_max_m;            // chunks of at most this many rows use far tiles first
+  int64_t far_nr_row1;          // far streams (W rows per tile) of a one-row chunk
+  int64_t far_nr;               // far streams of larger chunks
+  int64_t adj_nr_row1;          // W rows per adjacent tile, one-row chunk
+  int64_t adj_nr;               // W rows per adjacent tile, larger chunks
+  int64_t act_bytes_per_block;  // bytes of a prepared activation row per block of 32
 };
 
-// quantize(a, K, qa, qs): one row of A into qa[K] int16 and qs[K/32] scales.
-// tile(mr, nr, qa, qs, w, w_stride, c, cs, prefetch): mr rounded rows (row
-// stride K) against nr W rows w_stride bytes apart; output j of row i goes
-// to c[i * ldc + j * cs]; prefetch, if set, is the next tile's first W row.
-template <class Quantize, class Tile>
+// Largest prepared row the tables use (AVX2: int8 values, their magnitudes
+// and the scales, 32 + 32 + 4 bytes per block).
+constexpr int64_t kQ8MaxActBytesPerBlock = 68;
+
+// The kQ8 layout's interleave (util/quant.h, q8_offset): r consecutive
+// blocks of 32 bytes in natural order -> for t = 0..7, bytes 4t..4t+3 of each
+// block in turn. Used on the activations so they line up with the weights.
+inline void q8_interleave_group(const uint8_t* blocks, int64_t r, uint8_t* out) {
+  for (int64_t l = 0; l < r; ++l)
+    for (int64_t t = 0; t < 8; ++t) __builtin_memcpy(out + t * 4 * r + 4 * l, blocks + 32 * l + 4 * t, 4);
+}
+
+// prepare(a, K, row): one row of A into its prepared form (the table's own
+// layout, K / 32 * act_bytes_per_block bytes). tile(mr, nr, qa, qa_stride,
+// w, w_stride, c, cs, prefetch): mr prepared rows (qa_stride bytes apart)
+// against nr W rows w_stride bytes apart; output j of row i goes to
+// c[i * ldc + j * cs]; prefetch, if set, is the next tile's first W row.
+template <class Prepare, class Tile>
 void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-                   const uint8_t* W, float* C, int64_t ldc, Quantize quantize, Tile tile) {
-  alignas(64) int16_t qa[kQ8MaxK];
-  alignas(64) float qs[kQ8MaxK / 32];
+                   const uint8_t* W, float* C, int64_t ldc, Prepare prepare, Tile tile) {
+  alignas(64) uint8_t qa[kQ8MaxK / 32 * kQ8MaxActBytesPerBlock];
   const int64_t rb = K + K / 32 * 4;  // ir::q8_row_bytes (not included: baseline code)
-  const int64_t chunk = K == 0 ? M : kQ8MaxK / K;
+  const int64_t stride = K / 32 * t.act_bytes_per_block;
+  const int64_t chunk = K == 0 ? M : static_cast<int64_t>(sizeof(qa)) / stride;
   for (int64_t m0 = 0; m0 < M; m0 += chunk) {
     const int64_t rows = chunk < M - m0 ? chunk : M - m0;
-    for (int64_t i = 0; i < rows; ++i) quantize(A + (m0 + i) * lda, K, qa + i * K, qs + i * (K / 32));
+    for (int64_t i = 0; i < rows; ++i) prepare(A + (m0 + i) * lda, K, qa + i * stride);
     float* c = C + m0 * ldc;
     // Every row tile of the chunk against nr W rows starting at w; only the
     // first row tile prefetches, the later ones find the rows in cache.
     auto row_tiles = [&](int64_t nr, const uint8_t* w, int64_t w_stride, int64_t n, int64_t cs, const uint8_t* next) {
       for (int64_t m = 0; m < rows; m += t.max_mr) {
         const int64_t mr = rows - m < t.max_mr ? rows - m : t.max_mr;
-        tile(mr, nr, qa + m * K, qs + m * (K / 32), w, w_stride, c + m * ldc + n, cs, m == 0 ? next : nullptr);
+        tile(mr, nr, qa + m * stride, stride, w, w_stride, c + m * ldc + n, cs, m == 0 ? next : nullptr);
       }
     };
     int64_t n_adj = n0;

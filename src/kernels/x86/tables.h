@@ -11,9 +11,13 @@ namespace k3::kernels {
 const KernelTable& avx2_table();    // defined in x86/avx2.cc   (AVX2 + FMA)
 const KernelTable& avx512_table();  // defined in x86/avx512.cc (AVX-512 F/BW/DQ/VL)
 
-// The AVX2 table's rounding of one activation row to int16 per block of 32
-// (x86/avx2.cc; kernels.h, gemm_nt_q8, has the semantics), also used by the
-// AVX-512 int8 GEMM: qa[K] values, qs[K/32] scales.
-void quantize_row_q16_avx2(const float* a, int64_t K, int16_t* qa, float* qs);
+// The AVX2 table's int8 GEMM (x86/avx2.cc), also the AVX-512 table's on
+// CPUs without VNNI.
+void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                     float* C, int64_t ldc);
+// The AVX-512 VNNI int8 GEMM (x86/avx512_vnni.cc); call only when CPUID
+// reports avx512vnni.
+void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                           float* C, int64_t ldc);
 
 }  // namespace k3::kernels

@@ -104,10 +104,29 @@ WeightF32 weight_f32(const TensorArg& w) {
   return out;
 }
 
+// linear_rows against a weight argument, as the fast kernels compute it: for
+// int8 weights the activations are rounded to int8 per block of 32 first
+// (util/quant.h, quantize_a8_row; kernels.h, gemm_nt_q8: W8A8), so only the
+// summation order differs from the kernels.
+void linear_weight(const float* x, int64_t rows, int64_t k_dim, const TensorArg& w, int64_t n_dim, float* y) {
+  const WeightF32 wf = weight_f32(w);
+  if (w.value->dtype != ir::DType::kQ8) return linear_rows(x, rows, k_dim, wf.data, n_dim, y);
+  std::vector<float> xq(static_cast<size_t>(rows * k_dim));
+  std::vector<int8_t> q(static_cast<size_t>(k_dim));
+  std::vector<float> scales(static_cast<size_t>(k_dim / ir::kQ8Block));
+  for (int64_t t = 0; t < rows; ++t) {
+    quantize_a8_row(x + t * k_dim, k_dim, q.data(), scales.data());
+    for (int64_t k = 0; k < k_dim; ++k)
+      xq[static_cast<size_t>(t * k_dim + k)] =
+          static_cast<float>(q[static_cast<size_t>(k)]) * scales[static_cast<size_t>(k / ir::kQ8Block)];
+  }
+  linear_rows(xq.data(), rows, k_dim, wf.data, n_dim, y);
+}
+
 void ref_Linear(const OpCall& c) {
   const int64_t n = c.in[1].dim(0);
   float* y = c.out[0].f32();
-  linear_rows(c.in[0].f32(), c.in[0].rows, c.in[0].cols(), weight_f32(c.in[1]).data, n, y);
+  linear_weight(c.in[0].f32(), c.in[0].rows, c.in[0].cols(), c.in[1], n, y);
   const float* bias = c.node->inputs.size() > 2 ? c.in[2].f32() : nullptr;
   const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
   const double clip = c.node->attr_float("clip", 0.0);
@@ -204,14 +223,14 @@ void ref_Moe(const OpCall& c) {
       const int64_t e = order[static_cast<size_t>(j)];
       const double wgt = std::exp(static_cast<double>(logits[static_cast<size_t>(e)]) - mx) / sum;
       const TensorArg* w = c.in + 2 + e * per;
-      linear_rows(x, 1, d, weight_f32(w[0]).data, f, h.data());
+      linear_weight(x, 1, d, w[0], f, h.data());
       if (swiglu) {
-        linear_rows(x, 1, d, weight_f32(w[1]).data, f, g.data());
+        linear_weight(x, 1, d, w[1], f, g.data());
         for (int64_t i = 0; i < f; ++i) h[i] = static_cast<float>(g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * h[i]);
       } else {
         for (int64_t i = 0; i < f; ++i) h[i] = static_cast<float>(0.5 * h[i] * (1.0 + std::erf(h[i] / std::sqrt(2.0))));
       }
-      linear_rows(h.data(), 1, f, weight_f32(w[per - 1]).data, d, y.data());
+      linear_weight(h.data(), 1, f, w[per - 1], d, y.data());
       for (int64_t i = 0; i < d; ++i) acc[i] += wgt * y[i];
     }
     if (shared) {
@@ -220,12 +239,12 @@ void ref_Moe(const OpCall& c) {
       const int64_t s = w[0].dim(0);
       std::vector<float> hs(static_cast<size_t>(s)), gs(static_cast<size_t>(s));
       float gate_logit = 0.0f;
-      linear_rows(x, 1, d, weight_f32(w[0]).data, s, hs.data());
-      linear_rows(x, 1, d, weight_f32(w[1]).data, s, gs.data());
+      linear_weight(x, 1, d, w[0], s, hs.data());
+      linear_weight(x, 1, d, w[1], s, gs.data());
       for (int64_t i = 0; i < s; ++i)
         hs[i] = static_cast<float>(gs[i] / (1.0 + std::exp(-static_cast<double>(gs[i]))) * hs[i]);
-      linear_rows(hs.data(), 1, s, weight_f32(w[2]).data, d, y.data());
-      linear_rows(x, 1, d, weight_f32(w[3]).data, 1, &gate_logit);
+      linear_weight(hs.data(), 1, s, w[2], d, y.data());
+      linear_weight(x, 1, d, w[3], 1, &gate_logit);
       const double sig = 1.0 / (1.0 + std::exp(-static_cast<double>(gate_logit)));
       for (int64_t i = 0; i < d; ++i) acc[i] += sig * y[i];
     }

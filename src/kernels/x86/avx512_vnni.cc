@@ -1,0 +1,182 @@
+// The AVX-512 VNNI int8 GEMM (gemm_nt_q8 of the AVX-512 table on CPUs with
+// avx512vnni): its own translation unit because it is compiled with
+// -mavx512vnni, which the rest of the AVX-512 table must not assume
+// (Skylake-SP has AVX-512 without VNNI). Same rules as avx512.cc: internal
+// linkage, no inline library functions.
+#include <cstdint>
+
+#include "kernels/x86/avx512_util.h"
+#include "kernels/x86/q8_drive.h"
+#include "kernels/x86/tables.h"
+
+namespace k3::kernels {
+namespace {
+
+// int8 weights (util/quant.h: 16-block groups interleaved 4 bytes at a time,
+// then the f32 scales) against activations rounded to int8 per block of 32
+// (kernels.h has the semantics). One 64-byte step of a full group holds 4
+// weights of each of 16 blocks, a 32-bit lane per block, so per W row,
+// activation row and group (8 steps):
+//   acc = -128 * sum(a of each block)                  (16 int32 lanes)
+//   acc = dpbusd(acc, w ^ 0x80, a)   x 8               (lane l: block l's dot, exact)
+//   facc = fma(w_scale * a_scale, float(acc), facc)    (16 blocks at once)
+// and C = hsum(facc). vpdpbusd multiplies unsigned by signed bytes: w ^ 0x80
+// is w + 128 read as unsigned, and the prepared row carries each block's
+// -128 * sum(a), which removes the offset exactly. A block's dot is at most
+// 32 * 127^2 < 2^24, so it converts to f32 exactly. A group costs 8 loads,
+// 8 xors and 8 dpbusd per W row (the xor is shared by the tile's rows) plus
+// 3 vector ops for its 16 scales: about a third of the instructions per
+// weight byte of the int16 kernel this replaced, which left batch-1 int8
+// decode bound by compute. Nothing depends on M, the tile or the column
+// split (the gemm_nt contract).
+
+constexpr int64_t kFarMaxM = 8;      // as avx512.cc: chunks this small read W rows far apart
+constexpr int64_t kQ8ActBytes = 40;  // per block of a prepared row: 32 int8, f32 scale, int32 offset
+
+// One row of A -> its prepared form: K int8 in the weights' interleaved
+// order, then K/32 f32 scales, then K/32 int32 offsets (-128 * block sum).
+// Blocks are rounded in natural order into a group buffer, then interleaved.
+void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
+  const __m512 inf = _mm512_set1_ps(__builtin_inff());
+  const int64_t nb = K / 32;
+  float* qs = reinterpret_cast<float*>(out + K);
+  int32_t* qc = reinterpret_cast<int32_t*>(out + K + nb * 4);
+  alignas(64) uint8_t blocks[512];
+  for (int64_t g = 0; g * 16 < nb; ++g) {
+    const int64_t r = min64(16, nb - g * 16);
+    for (int64_t l = 0; l < r; ++l) {
+      const int64_t b = g * 16 + l;
+      const __m512 x0 = _mm512_loadu_ps(a + b * 32), x1 = _mm512_loadu_ps(a + b * 32 + 16);
+      const __m512 ax0 = _mm512_abs_ps(x0), ax1 = _mm512_abs_ps(x1);
+      // NaN or inf anywhere in the block: scale NaN, q 0 (util/quant.h). The
+      // unordered compare is true for NaN, >= for inf.
+      const __mmask16 bad = _mm512_cmp_ps_mask(ax0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(ax1, inf, _CMP_NLT_UQ);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(ax0, ax1));
+      const bool zero = amax < 0x1p-100f;  // counts as all zero (util/quant.h, quantize_a8_row)
+      if (bad != 0 || zero) [[unlikely]] {
+        qs[b] = zero ? 0.0f : __builtin_nanf("");
+        qc[b] = 0;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(blocks + l * 32), _mm256_setzero_si256());
+        continue;
+      }
+      qs[b] = amax / 127.0f;
+      const __m512 vinv = _mm512_set1_ps(127.0f / amax);
+      // cvtps rounds to nearest even (the default MXCSR mode), like nearbyint.
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vinv));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vinv));
+      qc[b] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      _mm_store_si128(reinterpret_cast<__m128i*>(blocks + l * 32), _mm512_cvtepi32_epi8(q0));  // |q| <= 127: exact
+      _mm_store_si128(reinterpret_cast<__m128i*>(blocks + l * 32 + 16), _mm512_cvtepi32_epi8(q1));
+    }
+    q8_interleave_group(blocks, r, out + g * 512);
+  }
+}
+
+// MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
+// streams): MR x NR int and float accumulators + NR W + A + the 0x80
+// constant: 29 zmm at 4 x 3, 26 at 1 x 8.
+template <int MR, int NR>
+void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
+             int64_t ldc, int64_t cs, const uint8_t* prefetch) {
+  const int64_t nb = K / 32;
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 facc[MR][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) facc[i][j] = _mm512_setzero_ps();
+  for (int64_t g = 0; g * 16 < nb; ++g) {
+    const int64_t r = min64(16, nb - g * 16), step = 4 * r;
+    const __mmask16 mask = tail_mask(r);
+    __m512i acc[MR][NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m512i c = _mm512_maskz_loadu_epi32(mask, qa + i * qa_stride + K + nb * 4 + g * 64);
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[i][j] = c;
+    }
+    const uint8_t* wg = W + g * 512;
+    const uint8_t* ag = qa + g * 512;
+    if (r == 16) {
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        __m512i wv[NR];
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) {
+          if (prefetch != nullptr)
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + t * 64), _MM_HINT_T1);
+          wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wg + j * row_bytes + t * 64), bias);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const __m512i av = _mm512_loadu_si512(ag + i * qa_stride + t * 64);
+#pragma GCC unroll 8
+          for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], wv[j], av);
+        }
+      }
+    } else {  // the row's last, partial group: r lanes; the masked-off lanes read as 0 (w ^ 0x80 times a = 0)
+      if (prefetch != nullptr) {
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j)
+          for (int64_t o = 0; o < 32 * r; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + o), _MM_HINT_T1);
+      }
+      for (int t = 0; t < 8; ++t) {
+        __m512i wv[NR];
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j)
+          wv[j] = _mm512_xor_si512(_mm512_maskz_loadu_epi32(mask, wg + j * row_bytes + t * step), bias);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const __m512i av = _mm512_maskz_loadu_epi32(mask, ag + i * qa_stride + t * step);
+#pragma GCC unroll 8
+          for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], wv[j], av);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      if (prefetch != nullptr)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 64), _MM_HINT_T1);
+      const __m512 sw = _mm512_maskz_loadu_ps(mask, W + j * row_bytes + K + g * 64);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m512 sa = _mm512_maskz_loadu_ps(mask, qa + i * qa_stride + K + g * 64);
+        facc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(facc[i][j]);
+}
+
+constexpr int kQ8Mr = 4;
+constexpr int kQ8Nr = 3;
+constexpr int kQ8FarNr1 = 8;  // far streams of a one-row (decode) tile
+using Q8TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t, int64_t,
+                          const uint8_t*);
+constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
+    {q8_tile<1, 1>, q8_tile<1, 2>, q8_tile<1, 3>},
+    {q8_tile<2, 1>, q8_tile<2, 2>, q8_tile<2, 3>},
+    {q8_tile<3, 1>, q8_tile<3, 2>, q8_tile<3, 3>},
+    {q8_tile<4, 1>, q8_tile<4, 2>, q8_tile<4, 3>},
+};
+
+}  // namespace
+
+// The driver (x86/q8_drive.h) with this file's row preparation and tiles.
+void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                           float* C, int64_t ldc) {
+  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes};
+  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, prepare_row_q8,
+                [&](int64_t mr, int64_t nr, const uint8_t* qa, int64_t qa_stride, const uint8_t* w, int64_t w_stride,
+                    float* c, int64_t cs, const uint8_t* prefetch) {
+                  if (nr == kQ8FarNr1)
+                    return q8_tile<1, kQ8FarNr1>(K, qa, qa_stride, w, w_stride, c, ldc, cs, prefetch);
+                  kQ8Tiles[mr - 1][nr - 1](K, qa, qa_stride, w, w_stride, c, ldc, cs, prefetch);
+                });
+}
+
+}  // namespace k3::kernels
