@@ -3,7 +3,9 @@
 // -mavx512vnni, which the rest of the AVX-512 table must not assume
 // (Skylake-SP has AVX-512 without VNNI). Same rules as avx512.cc: internal
 // linkage, no inline library functions.
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/q8_drive.h"
@@ -80,16 +82,19 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
              int64_t ldc, int64_t cs, const uint8_t* prefetch) {
   const int64_t nb = K / 32;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 facc[MR][NR];
-#pragma GCC unroll 4
+  // The f32 sums live on the stack: they are touched once per group, and
+  // keeping them in registers next to the integer accumulators spilled
+  // inside the group loop.
+  alignas(64) float facc[MR][NR][16];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) facc[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NR; ++j) _mm512_store_ps(facc[i][j], _mm512_setzero_ps());
   for (int64_t g = 0; g * 16 < nb; ++g) {
     const int64_t r = min64(16, nb - g * 16), step = 4 * r;
     const __mmask16 mask = tail_mask(r);
     __m512i acc[MR][NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m512i c = _mm512_maskz_loadu_epi32(mask, qa + i * qa_stride + K + nb * 4 + g * 64);
 #pragma GCC unroll 8
@@ -107,7 +112,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
             _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + t * 64), _MM_HINT_T1);
           wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wg + j * row_bytes + t * 64), bias);
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
           const __m512i av = _mm512_loadu_si512(ag + i * qa_stride + t * 64);
 #pragma GCC unroll 8
@@ -126,7 +131,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j)
           wv[j] = _mm512_xor_si512(_mm512_maskz_loadu_epi32(mask, wg + j * row_bytes + t * step), bias);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
           const __m512i av = _mm512_maskz_loadu_epi32(mask, ag + i * qa_stride + t * step);
 #pragma GCC unroll 8
@@ -139,30 +144,31 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
       if (prefetch != nullptr)
         _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 64), _MM_HINT_T1);
       const __m512 sw = _mm512_maskz_loadu_ps(mask, W + j * row_bytes + K + g * 64);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 sa = _mm512_maskz_loadu_ps(mask, qa + i * qa_stride + K + g * 64);
-        facc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
+        _mm512_store_ps(facc[i][j], _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]),
+                                                    _mm512_load_ps(facc[i][j])));
       }
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(facc[i][j]);
+    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(_mm512_load_ps(facc[i][j]));
 }
 
-constexpr int kQ8Mr = 4;
-constexpr int kQ8Nr = 3;
+constexpr int kQ8Mr = 6;
+constexpr int kQ8Nr = 4;
 constexpr int kQ8FarNr1 = 8;  // far streams of a one-row (decode) tile
 using Q8TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t, int64_t,
                           const uint8_t*);
-constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8Nr] = {
-    {q8_tile<1, 1>, q8_tile<1, 2>, q8_tile<1, 3>},
-    {q8_tile<2, 1>, q8_tile<2, 2>, q8_tile<2, 3>},
-    {q8_tile<3, 1>, q8_tile<3, 2>, q8_tile<3, 3>},
-    {q8_tile<4, 1>, q8_tile<4, 2>, q8_tile<4, 3>},
-};
+// kQ8Tiles[mr - 1][nr - 1] = q8_tile<mr, nr>.
+template <int... I>
+constexpr auto make_q8_tiles(std::integer_sequence<int, I...>) {
+  return std::array<Q8TileFn, sizeof...(I)>{q8_tile<I / kQ8Nr + 1, I % kQ8Nr + 1>...};
+}
+constexpr auto kQ8Tiles = make_q8_tiles(std::make_integer_sequence<int, kQ8Mr * kQ8Nr>{});
 
 }  // namespace
 
@@ -175,7 +181,7 @@ void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const f
                     float* c, int64_t cs, const uint8_t* prefetch) {
                   if (nr == kQ8FarNr1)
                     return q8_tile<1, kQ8FarNr1>(K, qa, qa_stride, w, w_stride, c, ldc, cs, prefetch);
-                  kQ8Tiles[mr - 1][nr - 1](K, qa, qa_stride, w, w_stride, c, ldc, cs, prefetch);
+                  kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1](K, qa, qa_stride, w, w_stride, c, ldc, cs, prefetch);
                 });
 }
 
