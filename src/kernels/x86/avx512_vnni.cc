@@ -126,6 +126,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
           for (int64_t o = 0; o < 32 * r; o += 64)
             _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + o), _MM_HINT_T1);
       }
+#pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
         __m512i wv[NR];
 #pragma GCC unroll 8
