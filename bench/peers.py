@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     .venv/bin/python bench/peers.py --model DIR [--prompt-len 128] [--gen-len 128]
-        [--threads 2] [--repeat 3] [--warmup 1] [--json FILE] [--markdown FILE]
+        [--threads 2] [--repeat 3] [--warmup 1] [--rounds 1] [--json FILE] [--markdown FILE]
 
 Every engine runs the same checkpoint, batch 1, the same prompt length P,
 generation length G and thread count T, one engine after another (never two
@@ -17,7 +17,11 @@ every run generates exactly G tokens (no EOS stop). Per engine, after
   decode tok/s = (G-1) / decode seconds (K3: decode_tokens_per_s.median);
 
 and the table reports the medians and each engine's ratio to K3 (> 1: faster
-than K3). An "other load" column gives the CPU (in cores) that other
+than K3). ``--rounds N`` runs the whole sequence of engines N times in turn
+and reports, per engine, the median over rounds, and for every ratio the
+median of the N ratios taken within one round: on a host whose bandwidth
+drifts by half within minutes, two engines measured minutes apart compare
+the host's moods, while a ratio within a round compares the engines. An "other load" column gives the CPU (in cores) that other
 processes used while each engine ran: on a shared machine, numbers taken with
 other load well above 0 are disturbed (a 2-thread engine on 2 busy cores can
 lose an order of magnitude) and should be re-run.
@@ -99,6 +103,12 @@ class EngineResult:
     generated: list[int] = field(default_factory=list)
     #: Weight precision of this row (fp32, bf16, int8) when --precisions is used.
     precision: Optional[str] = None
+    #: Ratios (medians over rounds of the ratio within each round): this row
+    #: over K3 (decode, prefill), and K3 at this row's precision over this row.
+    decode_vs_k3: Optional[float] = None
+    prefill_vs_k3: Optional[float] = None
+    k3_same_decode: Optional[float] = None
+    k3_same_prefill: Optional[float] = None
 
 
 @dataclass
@@ -378,44 +388,86 @@ def _fmt(value: Optional[float], digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
-def _ratio(value: Optional[float], base: Optional[float]) -> str:
-    if value is None or base is None or base <= 0:
-        return "—"
-    return f"{value / base:.2f}x"
+def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def set_ratios(rows: Sequence[EngineResult]) -> None:
+    """Fill each row's ratio fields from this one round's throughputs."""
+    k3 = next((r for r in rows if r.engine in ("K3", "K3 fp32")), None)
+    # With --precisions: K3 at a row's precision against that row.
+    k3_at = {r.precision: r for r in rows if r.precision and r.engine.startswith("K3")}
+    for r in rows:
+        r.decode_vs_k3 = _div(r.decode_tok_s, k3.decode_tok_s) if k3 else None
+        r.prefill_vs_k3 = _div(r.prefill_tok_s, k3.prefill_tok_s) if k3 else None
+        same = k3_at.get(r.precision) if r.precision and not r.engine.startswith("K3") else None
+        r.k3_same_decode = _div(same.decode_tok_s, r.decode_tok_s) if same else None
+        r.k3_same_prefill = _div(same.prefill_tok_s, r.prefill_tok_s) if same else None
+
+
+def _median(values: Sequence[Optional[float]]) -> Optional[float]:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def combine_rounds(rounds: Sequence[Sequence[EngineResult]]) -> list[EngineResult]:
+    """One row per engine: medians over rounds of throughputs and of ratios."""
+    for rows in rounds:
+        set_ratios(rows)
+    combined = []
+    for i, first in enumerate(rounds[0]):
+        same = [rows[i] for rows in rounds]
+        assert all(r.engine == first.engine for r in same), "engines ran in a different order"
+        row = EngineResult(first.engine, note=first.note, precision=first.precision)
+        row.generated = same[-1].generated
+        for name in ("prefill_tok_s", "decode_tok_s", "decode_vs_k3", "prefill_vs_k3", "k3_same_decode",
+                     "k3_same_prefill"):
+            setattr(row, name, _median([getattr(r, name) for r in same]))
+        loads = [r.other_load_cores for r in same if r.other_load_cores is not None]
+        row.other_load_cores = max(loads) if loads else None
+        for r in same:
+            row.prefill_s += r.prefill_s
+            row.decode_s += r.decode_s
+        combined.append(row)
+    return combined
+
+
+def _fmt_ratio(value: Optional[float]) -> str:
+    return "—" if value is None else f"{value:.2f}x"
 
 
 def markdown_table(
-    rows: Sequence[EngineResult], settings: Settings, machine: dict[str, Any]
+    rows: Sequence[EngineResult], settings: Settings, machine: dict[str, Any], rounds: int = 1
 ) -> str:
-    k3 = next((r for r in rows if r.engine in ("K3", "K3 fp32")), None)
-    base_decode = k3.decode_tok_s if k3 else None
-    base_prefill = k3.prefill_tok_s if k3 else None
-    # With --precisions: K3 at a row's precision against that row.
-    k3_at = {r.precision: r for r in rows if r.precision and r.engine.startswith("K3")}
+    per = (
+        f"{rounds} rounds of all engines in turn (medians over rounds; each ratio is the median "
+        "of the ratios within a round)"
+        if rounds > 1
+        else "one round"
+    )
     lines = [
         f"Model `{settings.model}`; batch 1, prompt {settings.prompt_len}, "
         f"gen {settings.gen_len} ({settings.decoding}), threads {settings.threads}, "
-        f"repeat {settings.repeat} (medians), warmup {settings.warmup}.",
+        f"repeat {settings.repeat} (medians), warmup {settings.warmup}, {per}.",
         f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, "
         f"{machine['platform']}.",
         "",
-        "(other load: CPU cores other processes used during that engine's runs;"
-        " well above 0 = disturbed numbers.)",
+        "(other load: CPU cores other processes used during that engine's runs"
+        f"{', the most of any round' if rounds > 1 else ''}; well above 0 = disturbed numbers.)",
         "",
         "| engine | prefill tok/s | decode tok/s | decode ratio vs K3 "
         "| prefill ratio vs K3 | K3 same precision vs it (decode / prefill) | other load | notes |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        same = k3_at.get(r.precision) if r.precision and not r.engine.startswith("K3") else None
         vs = (
-            f"{_ratio(same.decode_tok_s, r.decode_tok_s)} / {_ratio(same.prefill_tok_s, r.prefill_tok_s)}"
-            if same
+            f"{_fmt_ratio(r.k3_same_decode)} / {_fmt_ratio(r.k3_same_prefill)}"
+            if r.k3_same_decode is not None or r.k3_same_prefill is not None
             else ""
         )
         lines.append(
             f"| {r.engine} | {_fmt(r.prefill_tok_s)} | {_fmt(r.decode_tok_s)} | "
-            f"{_ratio(r.decode_tok_s, base_decode)} | {_ratio(r.prefill_tok_s, base_prefill)} | {vs} | "
+            f"{_fmt_ratio(r.decode_vs_k3)} | {_fmt_ratio(r.prefill_vs_k3)} | {vs} | "
             f"{_fmt(r.other_load_cores, 2)} | {r.note} |"
         )
     return "\n".join(lines) + "\n"
@@ -437,6 +489,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs per engine first")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run all engines in turn this many times (ratios within rounds)"
+    )
     parser.add_argument(
         "--engines",
         default="k3,k3onnx,torch,ort",
@@ -477,8 +532,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()] if args.precisions else []
     if not set(precisions) <= set(GGUF_TYPE_OF):
         parser.error(f"unknown precision(s) in --precisions {args.precisions!r} (fp32, bf16, int8)")
-    if min(args.prompt_len, args.gen_len, args.threads, args.repeat) < 1 or args.warmup < 0:
-        parser.error("--prompt-len, --gen-len, --threads and --repeat must be >= 1; --warmup >= 0")
+    if min(args.prompt_len, args.gen_len, args.threads, args.repeat, args.rounds) < 1 or args.warmup < 0:
+        parser.error("--prompt-len, --gen-len, --threads, --repeat and --rounds must be >= 1; --warmup >= 0")
     config = load_config(args.model)
     if args.prompt_len + args.gen_len > config.max_seq_len:
         parser.error(
@@ -519,71 +574,80 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             except ImportError as exc:
                 ort_note = f"not run: {exc} (pip install -r python/requirements-export.txt)"
 
-        # One engine after another; nothing else of ours runs meanwhile.
-        if "k3" in engines and precisions:
-            binary = k3_binary(args.k3_bin)
-            for prec in precisions:
-                k3m = workdir / f"model.{prec}.k3m"
-                print(f"K3 {prec}: compiling {k3m.name}, then bench ...", file=sys.stderr)
-                built = subprocess.run(
-                    [str(binary), "compile", args.model, "--out", str(k3m), "--precision", prec,
-                     "--input-shape", f"batch=1,ctx={args.prompt_len + args.gen_len}"],
-                    capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
-                )
-                if built.returncode != 0:
-                    rows.append(EngineResult(f"K3 {prec}", note=f"not run: {built.stderr.strip()[-300:]}",
-                                             precision=prec))
-                    continue
-                with OtherLoad() as load:
-                    row = run_k3(binary, settings, workdir, str(k3m))[-1]
-                row.engine, row.precision, row.other_load_cores = f"K3 {prec}", prec, load.cores
-                row.note += f" on k3 compile --precision {prec}"
-                rows.append(row)
-        elif "k3" in engines:
-            binary = k3_binary(args.k3_bin)
-            print(f"K3: {binary} bench ...", file=sys.stderr)
-            if binary.is_file():
-                with OtherLoad() as load:
-                    rows.extend(run_k3(binary, settings, workdir, args.k3_model))
-                if args.k3_model:
-                    rows[-1].note += f" on {Path(args.k3_model).name}"
-                rows[-1].other_load_cores = load.cores
-            else:
-                rows.append(EngineResult("K3", note=f"not run: {binary} not found"))
-        if "k3onnx" in engines:
-            binary = k3_binary(args.k3_bin)
-            if onnx_path is not None and binary.is_file():
-                print(f"K3 on the ONNX export, O0 and O3: {binary} bench --compare O0,O3 ...", file=sys.stderr)
-                with OtherLoad() as load:
-                    pair = run_k3(binary, settings, workdir, str(onnx_path), compare="O0,O3")
-                for r in pair:
-                    r.other_load_cores = load.cores
-                rows.extend(pair)
-            else:
-                why = ort_note or f"{binary} not found"
-                rows.append(EngineResult("K3 -O0/-O3 (ONNX)", note=f"not run: {why}"))
-        if "torch" in engines:
-            assert model is not None
-            print("PyTorch eager ...", file=sys.stderr)
-            with OtherLoad() as load:
-                rows.append(run_torch(model, settings, prompt))
-            rows[-1].other_load_cores = load.cores
-        if "ort" in engines:
-            if onnx_path is not None:
-                print("ONNX Runtime ...", file=sys.stderr)
-                with OtherLoad() as load:
-                    rows.append(
-                        run_onnxruntime(onnx_path, model.config, settings, prompt, args.exporter)
+        # One engine after another; nothing else of ours runs meanwhile. With
+        # --rounds, the whole sequence again, so every ratio can be taken
+        # within one round.
+        all_rounds: list[list[EngineResult]] = []
+        for rnd in range(args.rounds):
+            if args.rounds > 1:
+                print(f"round {rnd + 1} of {args.rounds}", file=sys.stderr)
+            rows = []
+            if "k3" in engines and precisions:
+                binary = k3_binary(args.k3_bin)
+                for prec in precisions:
+                    k3m = workdir / f"model.{prec}.k3m"
+                    print(f"K3 {prec}: compiling {k3m.name} (first round), then bench ...", file=sys.stderr)
+                    built = subprocess.CompletedProcess([], 0) if k3m.is_file() else subprocess.run(
+                        [str(binary), "compile", args.model, "--out", str(k3m), "--precision", prec,
+                         "--input-shape", f"batch=1,ctx={args.prompt_len + args.gen_len}"],
+                        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
                     )
+                    if built.returncode != 0:
+                        rows.append(EngineResult(f"K3 {prec}", note=f"not run: {built.stderr.strip()[-300:]}",
+                                                 precision=prec))
+                        continue
+                    with OtherLoad() as load:
+                        row = run_k3(binary, settings, workdir, str(k3m))[-1]
+                    row.engine, row.precision, row.other_load_cores = f"K3 {prec}", prec, load.cores
+                    row.note += f" on k3 compile --precision {prec}"
+                    rows.append(row)
+            elif "k3" in engines:
+                binary = k3_binary(args.k3_bin)
+                print(f"K3: {binary} bench ...", file=sys.stderr)
+                if binary.is_file():
+                    with OtherLoad() as load:
+                        rows.extend(run_k3(binary, settings, workdir, args.k3_model))
+                    if args.k3_model:
+                        rows[-1].note += f" on {Path(args.k3_model).name}"
+                    rows[-1].other_load_cores = load.cores
+                else:
+                    rows.append(EngineResult("K3", note=f"not run: {binary} not found"))
+            if "k3onnx" in engines:
+                binary = k3_binary(args.k3_bin)
+                if onnx_path is not None and binary.is_file():
+                    print(f"K3 on the ONNX export, O0 and O3: {binary} bench --compare O0,O3 ...", file=sys.stderr)
+                    with OtherLoad() as load:
+                        pair = run_k3(binary, settings, workdir, str(onnx_path), compare="O0,O3")
+                    for r in pair:
+                        r.other_load_cores = load.cores
+                    rows.extend(pair)
+                else:
+                    why = ort_note or f"{binary} not found"
+                    rows.append(EngineResult("K3 -O0/-O3 (ONNX)", note=f"not run: {why}"))
+            if "torch" in engines:
+                assert model is not None
+                print("PyTorch eager ...", file=sys.stderr)
+                with OtherLoad() as load:
+                    rows.append(run_torch(model, settings, prompt))
                 rows[-1].other_load_cores = load.cores
-            else:
-                rows.append(EngineResult("ONNX Runtime", note=ort_note))
-        if "llama" in engines and precisions:
-            for prec in precisions:
-                rows.append(run_llama_at(args.model, GGUF_TYPE_OF[prec], settings, prompt, workdir))
-                rows[-1].engine, rows[-1].precision = f"llama.cpp {GGUF_TYPE_OF[prec]}", prec
-        elif "llama" in engines:
-            rows.append(run_llama_at(args.model, args.gguf_type, settings, prompt, workdir))
+            if "ort" in engines:
+                if onnx_path is not None:
+                    print("ONNX Runtime ...", file=sys.stderr)
+                    with OtherLoad() as load:
+                        rows.append(
+                            run_onnxruntime(onnx_path, model.config, settings, prompt, args.exporter)
+                        )
+                    rows[-1].other_load_cores = load.cores
+                else:
+                    rows.append(EngineResult("ONNX Runtime", note=ort_note))
+            if "llama" in engines and precisions:
+                for prec in precisions:
+                    rows.append(run_llama_at(args.model, GGUF_TYPE_OF[prec], settings, prompt, workdir))
+                    rows[-1].engine, rows[-1].precision = f"llama.cpp {GGUF_TYPE_OF[prec]}", prec
+            elif "llama" in engines:
+                rows.append(run_llama_at(args.model, args.gguf_type, settings, prompt, workdir))
+            all_rounds.append(rows)
+        rows = combine_rounds(all_rounds)
 
     torch_row = next((r for r in rows if r.engine == "PyTorch eager" and r.generated), None)
     for r in rows:
@@ -591,7 +655,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             same = torch_row.generated == r.generated
             r.note += "; same greedy tokens as PyTorch" if same else "; greedy tokens differ from PyTorch"
 
-    table = markdown_table(rows, settings, machine)
+    table = markdown_table(rows, settings, machine, args.rounds)
     print(table)
     if args.markdown:
         Path(args.markdown).write_text(table)
@@ -600,6 +664,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "settings": asdict(settings),
             "machine": machine,
             "results": [asdict(r) for r in rows],
+            "rounds": [[asdict(r) for r in rnd] for rnd in all_rounds],
         }
         Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
     return 0
