@@ -74,7 +74,7 @@ void bm_gemm_bf16(benchmark::State& state, const KernelTable* t, int64_t M, int6
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// As bm_gemm with int8 weights (util/quant.h rows: 1.125 bytes per weight).
+// As bm_gemm with int8 weights (util/quant.h rows: 1.0625 bytes per weight).
 void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies) {
   const auto A = random_vec(M * K);
   const auto Wf = random_vec(N * K);
@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_stream" + shape).c_str(), bm_gemm_panels, t, s.M, s.N,
                                      s.K, copies * 2, true);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_stream" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
-                                     copies * 32 / 9);
+                                     copies * 64 / 17);
       }
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
                                    int64_t{1});

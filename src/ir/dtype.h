@@ -31,9 +31,11 @@ inline constexpr int64_t kQ8Block = 32;
 // Rows of W per panel of the kF32P16 / kBF16P16 layouts.
 inline constexpr int64_t kPanelRows = 16;
 
+// Bytes of one kQ8 block scale (f16, util/quant.h).
+inline constexpr int64_t kQ8ScaleBytes = 2;
 // Bytes of one kQ8 row of k elements (k % kQ8Block == 0).
 inline constexpr uint64_t q8_row_bytes(uint64_t k) {
-  return k + k / kQ8Block * 4;
+  return k + k / kQ8Block * kQ8ScaleBytes;
 }
 
 inline uint64_t dtype_size(DType t) {
@@ -109,7 +111,7 @@ inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> sha
   if (shape.empty() || shape.back() % kQ8Block != 0) return std::nullopt;
   auto n = checked_numel_bytes(shape, 1);
   if (!n) return std::nullopt;
-  return *n + *n / kQ8Block * 4;
+  return *n + *n / kQ8Block * kQ8ScaleBytes;
 }
 
 inline bool dtype_is_float(DType t) {

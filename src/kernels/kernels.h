@@ -41,7 +41,7 @@ struct KernelTable {
 
   // gemm_nt with W in the compiler's int8 format (ir::DType::kQ8,
   // util/quant.h): row n of W is K int8 values, interleaved 4 bytes at a time
-  // across groups of 16 blocks of 32, then K/32 f32 scales (ldw is implied:
+  // across groups of 16 blocks of 32, then K/32 f16 scales (ldw is implied:
   // q8_row_bytes(K) bytes per row; K % 32 == 0, K <= kQ8MaxK). The
   // activations are rounded to int8 per block of 32 of a row (scale =
   // max|a| / 127, q = round-to-nearest-even(a * (127 / max|a|)),

@@ -17,7 +17,8 @@
 //   - only weight values (constants) are converted, never activations;
 //   - only f32 weights (a weight already in another dtype is left alone);
 //   - int8 only for matrices whose rows are whole blocks (K % 32 == 0) of
-//     at most kernels::kQ8MaxK;
+//     at most kernels::kQ8MaxK, and whose finite weights are all within
+//     kQ8MaxAbs (127 x the largest f16: a block scale must fit the f16);
 //     others stay f32 (counted in stats as matched but not applied), and a
 //     MoE stays f32 unless all its expert matrices qualify (one dtype per MoE);
 //   - the MoE gate stays f32: it decides which experts run by comparing
@@ -30,6 +31,8 @@
 // "fp32" is a no-op; other precisions are refused.
 #include "passes/weight_precision.h"
 
+#include <cmath>
+
 #include <memory>
 #include <vector>
 
@@ -41,9 +44,15 @@
 namespace k3::passes {
 namespace {
 
-// A matrix the int8 kernel takes: rows of whole 32-blocks, K <= kQ8MaxK.
+// A matrix the int8 format takes: rows of whole 32-blocks, K <= kQ8MaxK,
+// and every weight within kQ8MaxAbs (its block's scale must fit an f16) or
+// non-finite (NaN and inf poison their block, as in f32: util/quant.h).
 bool q8_ok(const ir::Value& v) {
-  return v.shape.size() == 2 && v.shape[1] % ir::kQ8Block == 0 && v.shape[1] <= kernels::kQ8MaxK;
+  if (v.shape.size() != 2 || v.shape[1] % ir::kQ8Block != 0 || v.shape[1] > kernels::kQ8MaxK) return false;
+  const auto* w = static_cast<const float*>(v.data);
+  for (int64_t i = 0; i < v.numel(); ++i)
+    if (std::isfinite(w[i]) && std::fabs(w[i]) > kQ8MaxAbs) return false;
+  return true;
 }
 
 }  // namespace

@@ -2,13 +2,18 @@
 // dequantize for the reference ops and tests.
 //
 // Symmetric absmax per block of 32 consecutive weights of a row:
-//   scale = max|w| / 127 (f32),  q = round-to-nearest-even(w / scale) in [-127, 127]
+//   scale = max|w| / 127 rounded up to an f16,  q = round-to-nearest-even(w / scale) in [-127, 127]
 //   (an all-zero block has scale 0 and q 0; a block holding NaN or inf has
 //   scale NaN and q 0, so it yields NaN as f32 would).
 // A row of K weights (K % 32 == 0) is stored as its K int8 values followed by
-// its K/32 f32 scales: one contiguous stream per row, q8_row_bytes(K) bytes,
-// the int8 part first so the kernels' wide loads stay aligned with the row.
-// This is llama.cpp's Q8_0 grouping (32) with an f32 scale instead of f16.
+// its K/32 f16 scales: one contiguous stream per row, q8_row_bytes(K) =
+// 1.0625 K bytes, the int8 part first so the kernels' wide loads stay aligned
+// with the row. These are llama.cpp's Q8_0 bytes (32 int8 + an f16 scale per
+// block), in another order. The scale is rounded up, so max|w| / scale <= 127
+// and no weight is clamped; a block with max|w| < 7.8e-3 gets a subnormal
+// scale (a coarser grid, steps no finer than 6e-8), and one whose scale would
+// overflow f16 (max|w| > kQ8MaxAbs) is not quantized at all: the compiler
+// keeps such a matrix f32.
 //
 // The int8 values are interleaved four bytes at a time across groups of 16
 // blocks (512 weights; the row's last group holds the r = 1..16 blocks that
@@ -25,8 +30,12 @@
 #include <limits>
 
 #include "ir/dtype.h"
+#include "util/half.h"
 
 namespace k3 {
+
+// Largest weight magnitude the int8 format stores: 127 x the largest f16.
+inline constexpr float kQ8MaxAbs = 127.0f * 65504.0f;
 
 // Byte offset of weight k within a kQ8 row of k_dim weights (the layout above).
 inline int64_t q8_offset(int64_t k, int64_t k_dim) {
@@ -48,20 +57,28 @@ inline void quantize_q8_row(const float* src, int64_t k_dim, uint8_t* dst) {
     }
     // A NaN or inf weight makes the block's scale NaN (q 0), so the products
     // it feeds are NaN, as in f32, instead of a clamped finite value.
-    const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    uint16_t h = finite ? f32_to_f16(amax / 127.0f) : f32_to_f16(std::numeric_limits<float>::quiet_NaN());
+    if (finite && f16_to_f32(h) < amax / 127.0f) ++h;  // round up: |w| / scale <= 127 (h stays finite below kQ8MaxAbs)
+    const float scale = f16_to_f32(h);
     for (int64_t i = 0; i < ir::kQ8Block; ++i) {
       const float q = scale == 0.0f || !finite ? 0.0f : std::nearbyint(x[i] / scale);
       const float clamped = std::fmin(127.0f, std::fmax(-127.0f, q));
       dst[q8_offset(b * ir::kQ8Block + i, k_dim)] = static_cast<uint8_t>(static_cast<int8_t>(clamped));
     }
-    std::memcpy(dst + k_dim + b * 4, &scale, 4);
+    std::memcpy(dst + k_dim + b * ir::kQ8ScaleBytes, &h, 2);
   }
+}
+
+// Block `block`'s scale, widened to f32.
+inline float q8_scale(const uint8_t* row, int64_t k_dim, int64_t block) {
+  uint16_t h;
+  std::memcpy(&h, row + k_dim + block * ir::kQ8ScaleBytes, 2);
+  return f16_to_f32(h);
 }
 
 // The f32 weight the kernels compute with: float(q) * scale.
 inline float q8_weight(const uint8_t* row, int64_t k_dim, int64_t k) {
-  float scale;
-  std::memcpy(&scale, row + k_dim + k / ir::kQ8Block * 4, 4);
+  const float scale = q8_scale(row, k_dim, k / ir::kQ8Block);
   return static_cast<float>(static_cast<int8_t>(row[q8_offset(k, k_dim)])) * scale;
 }
 

@@ -184,6 +184,7 @@ TEST(K3m, HeaderDamageIsNamed) {
   EXPECT_HAS(with_header([](k3m::Header& h) { h.version = k3m::kVersion + 1; }),
              "format version " + std::to_string(k3m::kVersion + 1));
   EXPECT_HAS(with_header([](k3m::Header& h) { h.version = 1; }), "format version 1");  // int8 rows were not interleaved
+  EXPECT_HAS(with_header([](k3m::Header& h) { h.version = 2; }), "format version 2");  // int8 scales were f32
   EXPECT_HAS(with_header([](k3m::Header& h) { h.meta_bytes = ~uint64_t{0} - 64; }), "do not add up");
   EXPECT_HAS(with_header([](k3m::Header& h) { h.data_offset += 4096; }), "do not add up");
   EXPECT_HAS(with_header([](k3m::Header& h) { h.data_bytes += 1; }), "do not add up");

@@ -114,7 +114,7 @@ def test_bad_compile_flags(k3, checkpoints, tmp_path, flags, needle):
     [
         # bf16: 2 bytes per matrix weight instead of 4.
         ("bf16", (0.45, 0.62), (0.45, 0.6)),
-        # int8: blocks of 32 int8 + an f32 scale, 1.125 bytes per weight; the
+        # int8: blocks of 32 int8 + an f16 scale, 1.0625 bytes per weight; the
         # f32 embedding table, gates and norms stay.
         ("int8", (0.25, 0.45), (0.27, 0.36)),
     ],

@@ -333,6 +333,26 @@ TEST(Q8Format, RoundTripErrorIsAtMostHalfAStep) {
   EXPECT_EQ(max_q, 127);
 }
 
+// Scales are f16, rounded up: max|w| / scale <= 127 for any magnitude, so
+// no weight is clamped (a scale rounded down would push the largest weight
+// past 127), and a tiny block keeps a nonzero (subnormal) scale.
+TEST(Q8Format, F16ScalesRoundUpAndNeverClamp) {
+  for (float amax : {1.0f, 0.3f, 3.3333f, 1e-3f, 1e-7f, 12345.678f}) {
+    std::vector<float> w(32);
+    for (int i = 0; i < 32; ++i) w[static_cast<size_t>(i)] = amax * static_cast<float>(i - 16) / 16.0f;  // -amax..
+    w[31] = amax;
+    std::vector<uint8_t> q(ir::q8_row_bytes(32));
+    quantize_q8_row(w.data(), 32, q.data());
+    const float scale = q8_scale(q.data(), 32, 0);
+    ASSERT_GE(scale, amax / 127.0f) << amax;
+    ASSERT_LE(scale, amax / 127.0f * (1.0f + 1.0f / 1024.0f) + 6e-8f) << amax;  // one f16 step up at most
+    for (int i = 0; i < 32; ++i) {
+      const float back = q8_weight(q.data(), 32, i);
+      ASSERT_LE(std::fabs(back - w[static_cast<size_t>(i)]), scale * 0.5f * (1.0f + 1e-6f)) << amax << " " << i;
+    }
+  }
+}
+
 // The int8 values of a row are interleaved 4 bytes at a time across groups
 // of 16 blocks (util/quant.h), the last group holding what is left: the map
 // is a permutation of [0, K) that keeps each 4-byte piece together and puts

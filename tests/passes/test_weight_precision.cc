@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "passes/weight_precision.h"
@@ -128,6 +129,32 @@ TEST(WeightPrecision, Int8MustNotSplitAMoeAcrossDtypes) {
   EXPECT_FALSE(*changed);
   for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kF32) << i;
   ASSERT_TRUE(g.verify().ok());
+}
+
+// A weight beyond kQ8MaxAbs would need a block scale past the largest f16:
+// that matrix stays f32 (and, being an expert, keeps its MoE f32), while a
+// matrix holding inf still quantizes (its block is NaN, as in f32).
+TEST(WeightPrecision, Int8MustNotQuantizeWeightsBeyondTheF16Scale) {
+  std::vector<float> big(weights().begin(), weights().begin() + 32 * 32);
+  big[100] = kQ8MaxAbs * 1.01f;
+  std::vector<float> with_inf(weights().begin(), weights().begin() + 32 * 32);
+  with_inf[5] = std::numeric_limits<float>::infinity();
+  std::vector<float> at_limit(weights().begin(), weights().begin() + 32 * 32);
+  at_limit[7] = -kQ8MaxAbs;
+  ir::Graph g;
+  const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
+  const int a = node(g, OpKind::kLinear, "big", {x, g.add_weight("big.weight", DType::kF32, {32, 32}, big.data())});
+  const int b =
+      node(g, OpKind::kLinear, "inf", {a, g.add_weight("inf.weight", DType::kF32, {32, 32}, with_inf.data())});
+  g.mark_output(
+      node(g, OpKind::kLinear, "edge", {b, g.add_weight("edge.weight", DType::kF32, {32, 32}, at_limit.data())}));
+  auto changed = WeightPrecision("int8").run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_EQ(dtype_of_input(g, "big", 1), DType::kF32);
+  EXPECT_EQ(dtype_of_input(g, "inf", 1), DType::kQ8);
+  EXPECT_EQ(dtype_of_input(g, "edge", 1), DType::kQ8);
+  const ir::Value& v = g.value(g.find_value("edge.weight"));
+  EXPECT_EQ(q8_weight(static_cast<const uint8_t*>(v.data), 32, 7), -kQ8MaxAbs) << "the largest weight stays exact";
 }
 
 TEST(WeightPrecision, MustNotConvertGate) {

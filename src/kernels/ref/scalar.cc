@@ -90,9 +90,7 @@ void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, in
         int32_t dot = 0;
         for (int64_t i = b * ir::kQ8Block; i < (b + 1) * ir::kQ8Block; ++i)
           dot += static_cast<int32_t>(static_cast<int8_t>(row[q8_offset(i, K)])) * qa[i];
-        float sw;
-        std::memcpy(&sw, row + K + b * 4, 4);
-        acc += sw * qs[b] * static_cast<float>(dot);
+        acc += q8_scale(row, K, b) * qs[b] * static_cast<float>(dot);
       }
       C[m * ldc + n] = acc;
     }

@@ -232,7 +232,7 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
 // ---- gemm_nt_q8 ------------------------------------------------------------
 
 // int8 weights (util/quant.h: 16-block groups interleaved 4 bytes at a time,
-// then the f32 scales) against activations rounded to int8 per block of 32
+// then the f16 scales) against activations rounded to int8 per block of 32
 // (kernels.h has the exact semantics). A prepared activation row is its int8
 // values in the weights' interleaved order, their magnitudes in the same
 // order, then its K/32 scales (68 bytes per block). One ymm step of a group
@@ -297,6 +297,16 @@ void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
   }
 }
 
+// `lanes` (1..8) f16 block scales at p, widened to f32; lanes past them 0.
+// A partial half reads its scales one by one: 16 bytes could run past the
+// row's, and the matrix's, end.
+inline __m256 load_scales(const uint8_t* p, int64_t lanes) {
+  if (lanes == 8) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  alignas(16) uint16_t h[8] = {};
+  __builtin_memcpy(h, p, static_cast<size_t>(lanes) * 2);
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
 inline __m256i load_q(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -352,7 +362,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
       for (int j = 0; j < NR; ++j) {
         const char* p = reinterpret_cast<const char*>(prefetch + j * row_bytes);
         for (int64_t o = 0; o < 32 * r; o += 64) _mm_prefetch(p + g * 512 + o, _MM_HINT_T1);
-        _mm_prefetch(p + K + g * 64, _MM_HINT_T1);
+        _mm_prefetch(p + K + g * 32, _MM_HINT_T1);
       }
     }
     for (int64_t h = 0; h * 8 < r; ++h) {
@@ -370,7 +380,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
       const int64_t b0 = g * 16 + h * 8;  // first block of this half
 #pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) {
-        const __m256 sw = _mm256_maskload_ps(reinterpret_cast<const float*>(W + j * row_bytes + K) + b0, mask);
+        const __m256 sw = load_scales(W + j * row_bytes + K + b0 * 2, lanes);
 #pragma GCC unroll 2
         for (int i = 0; i < MR; ++i) {
           const __m256 sa = _mm256_maskload_ps(reinterpret_cast<const float*>(qa + i * qa_stride + 2 * K) + b0, mask);

@@ -15,7 +15,7 @@ namespace k3::kernels {
 namespace {
 
 // int8 weights (util/quant.h: 16-block groups interleaved 4 bytes at a time,
-// then the f32 scales) against activations rounded to int8 per block of 32
+// then the f16 scales) against activations rounded to int8 per block of 32
 // (kernels.h has the semantics). One 64-byte step of a full group holds 4
 // weights of each of 16 blocks, a 32-bit lane per block, so per W row,
 // activation row and group (8 steps):
@@ -143,8 +143,8 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       if (prefetch != nullptr)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 64), _MM_HINT_T1);
-      const __m512 sw = _mm512_maskz_loadu_ps(mask, W + j * row_bytes + K + g * 64);
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), _MM_HINT_T1);
+      const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + K + g * 32));  // f16 scales
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 sa = _mm512_maskz_loadu_ps(mask, qa + i * qa_stride + K + g * 64);

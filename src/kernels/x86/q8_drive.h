@@ -48,7 +48,7 @@ template <class Prepare, class Tile>
 void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
                    const uint8_t* W, float* C, int64_t ldc, Prepare prepare, Tile tile) {
   alignas(64) uint8_t qa[kQ8MaxK / 32 * kQ8MaxActBytesPerBlock];
-  const int64_t rb = K + K / 32 * 4;  // ir::q8_row_bytes (not included: baseline code)
+  const int64_t rb = K + K / 32 * 2;  // ir::q8_row_bytes: f16 scales (not included: baseline code)
   const int64_t stride = K / 32 * t.act_bytes_per_block;
   const int64_t chunk = K == 0 ? M : static_cast<int64_t>(sizeof(qa)) / stride;
   for (int64_t m0 = 0; m0 < M; m0 += chunk) {
