@@ -31,6 +31,9 @@ inline constexpr int64_t kQ8Block = 32;
 // Rows of W per panel of the kF32P16 / kBF16P16 layouts.
 inline constexpr int64_t kPanelRows = 16;
 
+// Longest kQ8 row the int8 kernels take (their rounded activations live on
+// the stack): kernels::kQ8MaxK, checked equal in kernels/ref/scalar.cc.
+inline constexpr int64_t kQ8MaxCols = 32768;
 // Bytes of one kQ8 block scale (f16, util/quant.h).
 inline constexpr int64_t kQ8ScaleBytes = 2;
 // Bytes of one kQ8 row of k elements (k % kQ8Block == 0).

@@ -39,6 +39,9 @@ Status expect_matrix_weight(const Value& v, const char* what) {
                             std::string(dtype_name(v.dtype)));
   if (v.shape.size() != 2)
     return invalid_argument(std::string(what) + " " + v.name + " must have rank 2, has shape " + shape_to_string(v.shape));
+  if (v.dtype == DType::kQ8 && v.shape[1] > kQ8MaxCols)
+    return invalid_argument(std::string(what) + " " + v.name + " is q8 with rows of " + std::to_string(v.shape[1]) +
+                            " weights; the int8 kernels take at most " + std::to_string(kQ8MaxCols));
   return Status();
 }
 

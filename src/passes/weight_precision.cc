@@ -8,7 +8,7 @@
 // bf16: f32 -> bf16 rounds to nearest even. The kernels widen bf16 exactly
 // and accumulate in f32, so the only error is the rounding of the weights.
 // int8: symmetric absmax quantization per block of 32 weights of a row with
-// an f32 scale (util/quant.h; llama.cpp's Q8_0 grouping), the rows
+// an f16 scale (util/quant.h; llama.cpp's Q8_0 bytes), the rows
 // interleaved across 16-block groups for VNNI. The kernels round activations
 // to int8 per block (kernels.h, gemm_nt_q8) for exact integer dot products:
 // W8A8, llama.cpp's Q8_0 x Q8_0 (docs/precision.md has its quality cost).
@@ -44,10 +44,12 @@
 namespace k3::passes {
 namespace {
 
-// A matrix the int8 format takes: rows of whole 32-blocks, K <= kQ8MaxK,
-// and every weight within kQ8MaxAbs (its block's scale must fit an f16) or
-// non-finite (NaN and inf poison their block, as in f32: util/quant.h).
+// An f32 weight matrix the int8 format takes: rows of whole 32-blocks, K <=
+// kQ8MaxK, and every weight within kQ8MaxAbs (its block's scale must fit an
+// f16) or non-finite (NaN and inf poison their block, as in f32:
+// util/quant.h). Anything else (another dtype, an activation) is not.
 bool q8_ok(const ir::Value& v) {
+  if (v.kind != ir::ValueKind::kWeight || v.dtype != ir::DType::kF32 || v.data == nullptr) return false;
   if (v.shape.size() != 2 || v.shape[1] % ir::kQ8Block != 0 || v.shape[1] > kernels::kQ8MaxK) return false;
   const auto* w = static_cast<const float*>(v.data);
   for (int64_t i = 0; i < v.numel(); ++i)
@@ -63,10 +65,18 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
     return unimplemented("weight precision '" + precision_ + "' is not supported (fp32, bf16, int8)");
   const bool int8 = precision_ == "int8";
   std::vector<int> converted(g.values().size(), -1);  // f32 value id -> converted value id
+  // q8_ok per value, computed once: it reads every weight, and an expert
+  // matrix is asked about by its MoE's check and again when converted.
+  std::vector<int8_t> q8_verdict(g.values().size(), -1);
+  auto q8_ok_once = [&](int id) {
+    int8_t& v = q8_verdict[static_cast<size_t>(id)];
+    if (v < 0) v = q8_ok(g.value(id)) ? 1 : 0;
+    return v == 1;
+  };
   auto convert = [&](int id) -> int {
     const ir::Value& v = g.value(id);
     if (v.kind != ir::ValueKind::kWeight || v.dtype != ir::DType::kF32) return id;
-    if (int8 && !q8_ok(v)) return id;
+    if (int8 && !q8_ok_once(id)) return id;
     if (converted[static_cast<size_t>(id)] >= 0) return converted[static_cast<size_t>(id)];
     const auto n = static_cast<size_t>(v.numel());
     const auto* src = static_cast<const float*>(v.data);
@@ -86,6 +96,7 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
       g.keep_alive.push_back(data);
     }
     converted.resize(g.values().size(), -1);
+    q8_verdict.resize(g.values().size(), -1);
     converted[static_cast<size_t>(id)] = nid;
     ++stats_.applied;
     return nid;
@@ -98,9 +109,11 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
       ++stats_.matched;
       // One precision per MoE (its shape rule wants the experts' matrices in
       // one dtype): int8 only when every expert matrix is whole blocks.
-      bool all_blocks = true;
-      for (size_t i = 2; i < n.inputs.size(); ++i) all_blocks = all_blocks && q8_ok(g.value(n.inputs[i]));
-      if (int8 && !all_blocks) continue;
+      if (int8) {
+        bool all_blocks = true;
+        for (size_t i = 2; i < n.inputs.size(); ++i) all_blocks = all_blocks && q8_ok_once(n.inputs[i]);
+        if (!all_blocks) continue;
+      }
       for (size_t i = 2; i < n.inputs.size(); ++i) n.inputs[i] = convert(n.inputs[i]);
     }
   }

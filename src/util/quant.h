@@ -3,8 +3,9 @@
 //
 // Symmetric absmax per block of 32 consecutive weights of a row:
 //   scale = max|w| / 127 rounded up to an f16,  q = round-to-nearest-even(w / scale) in [-127, 127]
-//   (an all-zero block has scale 0 and q 0; a block holding NaN or inf has
-//   scale NaN and q 0, so it yields NaN as f32 would).
+//   (an all-zero block has scale 0 and q 0; a block holding NaN or inf, or a
+//   weight beyond kQ8MaxAbs, has scale NaN and q 0, so it yields NaN as f32
+//   would for NaN and inf, and never a silently zeroed block).
 // A row of K weights (K % 32 == 0) is stored as its K int8 values followed by
 // its K/32 f16 scales: one contiguous stream per row, q8_row_bytes(K) =
 // 1.0625 K bytes, the int8 part first so the kernels' wide loads stay aligned
@@ -57,8 +58,13 @@ inline void quantize_q8_row(const float* src, int64_t k_dim, uint8_t* dst) {
     }
     // A NaN or inf weight makes the block's scale NaN (q 0), so the products
     // it feeds are NaN, as in f32, instead of a clamped finite value.
-    uint16_t h = finite ? f32_to_f16(amax / 127.0f) : f32_to_f16(std::numeric_limits<float>::quiet_NaN());
-    if (finite && f16_to_f32(h) < amax / 127.0f) ++h;  // round up: |w| / scale <= 127 (h stays finite below kQ8MaxAbs)
+    uint16_t h = f32_to_f16(finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN());
+    if (finite && f16_to_f32(h) < amax / 127.0f) ++h;  // round up: |w| / scale <= 127
+    // Past kQ8MaxAbs the scale overflows to inf, which would quantize every
+    // weight to 0: poison the block instead (the compiler never gets here,
+    // it keeps such matrices f32).
+    finite = finite && amax <= kQ8MaxAbs;
+    if (!finite) h = f32_to_f16(std::numeric_limits<float>::quiet_NaN());
     const float scale = f16_to_f32(h);
     for (int64_t i = 0; i < ir::kQ8Block; ++i) {
       const float q = scale == 0.0f || !finite ? 0.0f : std::nearbyint(x[i] / scale);

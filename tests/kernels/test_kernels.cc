@@ -353,6 +353,18 @@ TEST(Q8Format, F16ScalesRoundUpAndNeverClamp) {
   }
 }
 
+// A block beyond kQ8MaxAbs has no finite f16 scale: it dequantizes to NaN
+// (loud), not to zeros; the block at the limit is still exact.
+TEST(Q8Format, BlockBeyondTheF16ScaleIsPoisonedNotZeroed) {
+  std::vector<float> w(64, 1.0f);
+  w[3] = kQ8MaxAbs * 1.001f;  // block 0
+  w[40] = kQ8MaxAbs;          // block 1
+  std::vector<uint8_t> q(ir::q8_row_bytes(64));
+  quantize_q8_row(w.data(), 64, q.data());
+  for (int i = 0; i < 32; ++i) EXPECT_TRUE(std::isnan(q8_weight(q.data(), 64, i))) << i;
+  EXPECT_EQ(q8_weight(q.data(), 64, 40), kQ8MaxAbs);
+}
+
 // The int8 values of a row are interleaved 4 bytes at a time across groups
 // of 16 blocks (util/quant.h), the last group holding what is left: the map
 // is a permutation of [0, K) that keeps each 4-byte piece together and puts

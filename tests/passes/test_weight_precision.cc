@@ -188,6 +188,45 @@ TEST(WeightPrecision, MustNotConvertActivationsOrNonF32Weights) {
   EXPECT_EQ(g.value(g.nodes()[1].inputs[1]).data, bf.data());
 }
 
+// A MoE whose experts are already bf16 (a bf16 checkpoint) stays bf16 under
+// int8, and the int8 check never reads its 2-byte weights as 4-byte floats
+// (it did: a heap over-read of the second half of each matrix, which the
+// sanitizer build reports).
+TEST(WeightPrecision, Int8LeavesABf16MoeAloneWithoutReadingItAsF32) {
+  ir::Graph g;
+  const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
+  std::vector<int> moe_in{x, g.add_weight("gate", DType::kF32, {2, 32}, weights().data())};
+  std::vector<std::vector<uint16_t>> experts(4, std::vector<uint16_t>(32 * 32, 0x3f80));
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kBF16, {32, 32}, experts[2 * e].data()));
+    moe_in.push_back(
+        g.add_weight("e" + std::to_string(e) + ".down", DType::kBF16, {32, 32}, experts[2 * e + 1].data()));
+  }
+  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+  auto changed = WeightPrecision("int8").run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_FALSE(*changed);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16) << i;
+}
+
+// A q8 matrix whose rows are longer than the int8 kernels take (a crafted
+// .k3m; the compiler keeps such matrices f32) fails the Linear's shape rule
+// with a message, before a kernel could overrun its stack buffer or loop.
+TEST(WeightPrecision, ShapeRuleRefusesQ8RowsLongerThanTheKernelsTake) {
+  for (int64_t k : {ir::kQ8MaxCols, ir::kQ8MaxCols + 32}) {
+    ir::Graph g;
+    std::vector<uint8_t> q(ir::q8_row_bytes(static_cast<uint64_t>(k)));
+    const int x = g.add_input("x", DType::kF32, {1, k}, RowDim::kTokens);
+    auto r = g.add_node(OpKind::kLinear, "long", {x, g.add_weight("long.weight", DType::kQ8, {1, k}, q.data())}, {});
+    if (k == ir::kQ8MaxCols) {
+      EXPECT_TRUE(r.ok()) << r.status().message();
+    } else {
+      ASSERT_FALSE(r.ok());
+      EXPECT_NE(r.status().message().find("at most 32768"), std::string::npos) << r.status().message();
+    }
+  }
+}
+
 TEST(WeightPrecision, Fp32IsANoOpAndOthersAreRefused) {
   ir::Graph g = small_graph();
   auto r = WeightPrecision("fp32").run(g);

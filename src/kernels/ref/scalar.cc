@@ -11,6 +11,9 @@
 #include "util/quant.h"
 
 namespace k3::kernels {
+
+static_assert(kQ8MaxK == ir::kQ8MaxCols, "the shape rules and the int8 kernels must agree on the longest q8 row");
+
 namespace {
 
 // C[m, n] = sum_k A[m, k] * W[n, k] for m < M, n0 <= n < n1.
