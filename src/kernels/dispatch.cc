@@ -61,8 +61,10 @@ const KernelTable* table_for(Isa isa) {
       return &scalar_table();
     case Isa::kAvx2:
       return &avx2_table();
-    case Isa::kAvx512:
-      return &avx512_table();
+    case Isa::kAvx512: {
+      static const bool vnni = __builtin_cpu_supports("avx512vnni");
+      return &avx512_table(vnni);
+    }
   }
   return nullptr;
 }

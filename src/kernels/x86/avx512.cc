@@ -608,19 +608,11 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
   kAttendRegs[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 
-// int8: the VNNI kernel (x86/avx512_vnni.cc) where the CPU has it, else the
-// AVX2 table's (AVX-512 F/BW without VNNI: Skylake-SP, Cascade Lake has it).
-void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
-                int64_t ldc) {
-  static const bool vnni = __builtin_cpu_supports("avx512vnni");
-  (vnni ? gemm_nt_q8_avx512vnni : gemm_nt_q8_avx2)(M, n0, n1, K, A, lda, W, C, ldc);
-}
-
 constexpr KernelTable kTable = {
     .isa = Isa::kAvx512,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
-    .gemm_nt_q8 = gemm_nt_q8,
+    .gemm_nt_q8 = gemm_nt_q8_avx2,  // kTableVnni below replaces it
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,
@@ -632,10 +624,18 @@ constexpr KernelTable kTable = {
     .attend = attend,
 };
 
+// The same table with the VNNI int8 GEMM (x86/avx512_vnni.cc), for CPUs
+// that have avx512vnni; without it (Skylake-SP) int8 runs the AVX2 kernel.
+constexpr KernelTable with_vnni(KernelTable t) {
+  t.gemm_nt_q8 = gemm_nt_q8_avx512vnni;
+  return t;
+}
+constexpr KernelTable kTableVnni = with_vnni(kTable);
+
 }  // namespace
 
-const KernelTable& avx512_table() {
-  return kTable;
+const KernelTable& avx512_table(bool vnni) {
+  return vnni ? kTableVnni : kTable;
 }
 
 }  // namespace k3::kernels

@@ -164,8 +164,6 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
 constexpr int kQ8Mr = 6;
 constexpr int kQ8Nr = 4;
 constexpr int kQ8FarNr1 = 8;  // far streams of a one-row (decode) tile
-using Q8TileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t, int64_t,
-                          const uint8_t*);
 // kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1] = q8_tile<mr, nr>.
 template <int... I>
 constexpr auto make_q8_tiles(std::integer_sequence<int, I...>) {
@@ -179,13 +177,9 @@ constexpr auto kQ8Tiles = make_q8_tiles(std::make_integer_sequence<int, kQ8Mr * 
 void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                            float* C, int64_t ldc) {
   constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes};
-  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, prepare_row_q8,
-                [&](int64_t mr, int64_t nr, const uint8_t* qa, int64_t qa_stride, const uint8_t* w, int64_t w_stride,
-                    float* c, int64_t cs, const uint8_t* prefetch) {
-                  if (nr == kQ8FarNr1)
-                    return q8_tile<1, kQ8FarNr1>(K, qa, qa_stride, w, w_stride, c, ldc, cs, prefetch);
-                  kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1](K, qa, qa_stride, w, w_stride, c, ldc, cs, prefetch);
-                });
+  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, prepare_row_q8, [](int64_t mr, int64_t nr) {
+    return nr == kQ8FarNr1 ? Q8TileFn{q8_tile<1, kQ8FarNr1>} : kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1];
+  });
 }
 
 }  // namespace k3::kernels

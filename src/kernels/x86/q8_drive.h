@@ -17,6 +17,12 @@
 namespace k3::kernels {
 namespace {
 
+// A tile: mr prepared rows (qa_stride bytes apart) against the W rows at w,
+// w_stride bytes apart; output j of row i goes to c[i * ldc + j * cs];
+// prefetch, if set, is the next tile's first W row.
+using Q8TileFn = void (*)(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* w, int64_t w_stride, float* c,
+                          int64_t ldc, int64_t cs, const uint8_t* prefetch);
+
 struct Q8Tiling {
   int64_t max_mr;               // rows of A per tile
   int64_t far_max_m;            // chunks of at most this many rows use far tiles first
@@ -40,13 +46,12 @@ inline void q8_interleave_group(const uint8_t* blocks, int64_t r, uint8_t* out) 
 }
 
 // prepare(a, K, row): one row of A into its prepared form (the table's own
-// layout, K / 32 * act_bytes_per_block bytes). tile(mr, nr, qa, qa_stride,
-// w, w_stride, c, cs, prefetch): mr prepared rows (qa_stride bytes apart)
-// against nr W rows w_stride bytes apart; output j of row i goes to
-// c[i * ldc + j * cs]; prefetch, if set, is the next tile's first W row.
-template <class Prepare, class Tile>
+// layout, K / 32 * act_bytes_per_block bytes). tile(mr, nr): the table's
+// Q8TileFn for mr rows against nr W rows (every mr <= max_mr with the nr the
+// tiling asks for).
+template <class Prepare, class TileFor>
 void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-                   const uint8_t* W, float* C, int64_t ldc, Prepare prepare, Tile tile) {
+                   const uint8_t* W, float* C, int64_t ldc, Prepare prepare, TileFor tile) {
   alignas(64) uint8_t qa[kQ8MaxK / 32 * kQ8MaxActBytesPerBlock];
   const int64_t rb = K + K / 32 * 2;  // ir::q8_row_bytes: f16 scales (not included: baseline code)
   const int64_t stride = K / 32 * t.act_bytes_per_block;
@@ -60,7 +65,7 @@ void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t
     auto row_tiles = [&](int64_t nr, const uint8_t* w, int64_t w_stride, int64_t n, int64_t cs, const uint8_t* next) {
       for (int64_t m = 0; m < rows; m += t.max_mr) {
         const int64_t mr = rows - m < t.max_mr ? rows - m : t.max_mr;
-        tile(mr, nr, qa + m * stride, stride, w, w_stride, c + m * ldc + n, cs, m == 0 ? next : nullptr);
+        tile(mr, nr)(K, qa + m * stride, stride, w, w_stride, c + m * ldc + n, ldc, cs, m == 0 ? next : nullptr);
       }
     };
     int64_t n_adj = n0;

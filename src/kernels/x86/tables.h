@@ -9,7 +9,9 @@
 namespace k3::kernels {
 
 const KernelTable& avx2_table();    // defined in x86/avx2.cc   (AVX2 + FMA)
-const KernelTable& avx512_table();  // defined in x86/avx512.cc (AVX-512 F/BW/DQ/VL)
+// defined in x86/avx512.cc (AVX-512 F/BW/DQ/VL); vnni: the CPU also has
+// avx512vnni (dispatch.cc asks CPUID), so int8 runs the VNNI GEMM.
+const KernelTable& avx512_table(bool vnni);
 
 // The AVX2 table's int8 GEMM (x86/avx2.cc), also the AVX-512 table's on
 // CPUs without VNNI.
