@@ -16,27 +16,29 @@
 #include "ir/onnx_op_table.h"
 
 #define K3_OP_LIST(X)                                                                                             \
-  /* [V,D] table, [T] i32 ids -> [T,D]; attr scale (default 1: the rows times scale) */                             \
+  /* [V,D] table, [T] i32 ids -> [T,D]; attr scale (default 1: the rows times scale) */                           \
   X(Embedding, "Embedding")                                                                                       \
   /* [T,D], w[D], b[D] -> [T,D]; attr eps */                                                                      \
   X(LayerNorm, "LayerNorm")                                                                                       \
-  /* [T,D], w[G] -> [T,D]; attrs eps, group G (default D: each G-wide group of a row normalized on its own, as a   \
-   * per-head q/k norm), clip (default 0: none; else the output clamped to [-clip, clip]) */                        \
+  /* [T,D], w[G] -> [T,D]; attrs eps, group G (default D: each G-wide group of a row normalized on its own, as a  \
+   * per-head q/k norm), clip (default 0: none; else the output clamped to [-clip, clip]) */                      \
   X(RmsNorm, "RmsNorm")                                                                                           \
-  /* [T,K] x W[N,K] (+ bias[N]) -> [T,N]  (PyTorch Linear layout); attrs scale (default 1: the output times      \
-   * scale), clip (default 0: none; else the output clamped to [-clip, clip]) */                                     \
+  /* [T,K] x W[N,K] (+ bias[N]) -> [T,N]  (PyTorch Linear layout); attrs scale (default 1: the output times       \
+   * scale), clip (default 0: none; else the output clamped to [-clip, clip]), splits (default none: one output;  \
+   * else widths N0, N1, .. adding up to N, each a multiple of 16: outputs [T,N0], [T,N1], .. holding the column  \
+   * ranges in order; sibling projections of one input fused into one matrix, passes/fuse_sibling_linears.cc) */  \
   X(Linear, "Linear")                                                                                             \
   /* [T,D] + [T,D] -> [T,D]; attr scale (default 1): a + scale * b */                                             \
   X(Add, "Add")                                                                                                   \
   /* [T,H*hd], positions[T] i32, cos,sin[L,hd/2] -> [T,H*hd]; attr head_dim (rotate-half) */                      \
   X(Rope, "Rope")                                                                                                 \
-  /* q[T,Hq*hd], k,v[T,Hkv*hd], positions[T], slots[T], kcache, vcache -> [T,Hq*hd]; attr scale (default         \
-   * 1/sqrt(hd)) */                                                                                                  \
+  /* q[T,Hq*hd], k,v[T,Hkv*hd], positions[T], slots[T], kcache, vcache -> [T,Hq*hd]; attr scale (default          \
+   * 1/sqrt(hd)) */                                                                                               \
   X(CachedAttention, "CachedAttention")                                                                           \
   /* x[T,D], gate[E,D], per expert: w_up[F,D] (w_gate[F,D]) w_down[D,F] -> [T,D]; attrs n_experts, top_k, swiglu, \
    * dense, renormalize (default 1: softmax over the chosen; 0: softmax over all experts, chosen weights kept),   \
    * shared (default 0; 1: four more inputs, a SwiGLU shared expert s_up[S,D] s_gate[S,D] s_down[D,S] and its     \
-   * gate g[1,D], adding sigmoid(x.g) * shared(x) to every row) */                                                 \
+   * gate g[1,D], adding sigmoid(x.g) * shared(x) to every row) */                                                \
   X(Moe, "Moe")                                                                                                   \
   /* x[T,D], rows[R] i32 -> [R,D]  (select the rows whose logits are needed) */                                   \
   X(GatherRows, "GatherRows")

@@ -108,7 +108,29 @@ Status infer_Linear(const Graph& g, const Node& n, Outs& out) {
     K3_RETURN_IF_ERROR(expect_dim(b, 0, w.shape[0], "bias"));
   }
   K3_RETURN_IF_ERROR(clip_attr(n));
-  out.push_back({DType::kF32, {x.shape[0], w.shape[0]}, x.row_dim});
+  const std::vector<int64_t>* splits = n.attr_ints("splits");
+  if (splits == nullptr) {
+    if (n.find_attr("splits") != nullptr) return invalid_argument("attribute splits must be a list of ints");
+    out.push_back({DType::kF32, {x.shape[0], w.shape[0]}, x.row_dim});
+    return Status();
+  }
+  // Each width a positive multiple of 16 (a panel's rows: every output then
+  // starts on a panel, and threads' 16-row chunks never straddle two), the
+  // widths adding up to the weight's rows. Checked one at a time, so the sum
+  // cannot overflow.
+  if (splits->empty() || splits->size() > 64) return invalid_argument("attribute splits must list 1 to 64 widths");
+  int64_t left = w.shape[0];
+  for (int64_t width : *splits) {
+    if (width <= 0 || width % kPanelRows != 0 || width > left)
+      return invalid_argument("attribute splits: width " + std::to_string(width) + " must be a positive multiple of " +
+                              std::to_string(kPanelRows) + " within the weight's " + std::to_string(w.shape[0]) +
+                              " rows");
+    left -= width;
+    out.push_back({DType::kF32, {x.shape[0], width}, x.row_dim});
+  }
+  if (left != 0)
+    return invalid_argument("attribute splits add up to " + std::to_string(w.shape[0] - left) + ", the weight has " +
+                            std::to_string(w.shape[0]) + " rows");
   return Status();
 }
 

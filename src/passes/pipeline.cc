@@ -16,6 +16,7 @@
 #include "passes/fuse_norm_activation.h"
 #include "passes/fuse_rms_norm.h"
 #include "passes/fuse_rope.h"
+#include "passes/fuse_sibling_linears.h"
 #include "passes/lower_to_plan.h"
 #include "passes/pack_weights.h"
 #include "passes/specialize_shapes.h"
@@ -84,6 +85,11 @@ const std::vector<Entry>& entries() {
       // above produce; before weight-precision, which then converts the
       // weights of the fused Linear and Moe ops (and only those).
       {3, [](const PipelineOptions& o) { return std::make_unique<LowerToPlan>(o.plan); }},
+      // fuse-sibling-linears after lower-to-plan, on the K3 Linears it
+      // leaves (and those a checkpoint graph starts with); before
+      // weight-precision and pack-weights, which then convert and lay out
+      // each stacked matrix as one.
+      {3, [](const PipelineOptions&) { return std::make_unique<FuseSiblingLinears>(); }},
       // weight-precision last, and at every level (O0 included): it is the
       // user's choice of format, not an optimization, and running it after
       // every rewrite converts exactly the weights that remain.

@@ -45,7 +45,8 @@ OpCost op_cost(const ir::Graph& g, const ir::Node& n, const StepCounts& c) {
   const Value& out = g.value(n.outputs[0]);
   const double out_rows = rows_of(out, c), out_cols = cols_of(out);
   const double out_elems = out_rows * out_cols;
-  r.bytes_written = used_bytes(out, c);
+  r.bytes_written = 0;
+  for (int v : n.outputs) r.bytes_written += used_bytes(g.value(v), c);  // a split Linear has several
 
   switch (n.op) {
     case OpKind::kEmbedding: {

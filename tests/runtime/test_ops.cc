@@ -78,6 +78,25 @@ void test_Linear() {
     u.node(OpKind::kLinear, {x2, w2, u.f32("b", {n})});
     u.check(7, 0, kTol);
   }
+  // Split outputs (fuse-sibling-linears' stacked q, k, v), with and without
+  // bias and clamp; 2 threads' chunks of 16 then end inside an output.
+  for (const std::vector<int64_t>& splits : {std::vector<int64_t>{16, 32, 16}, {48}, {32, 64, 80, 16}}) {
+    for (bool epilogue : {false, true}) {
+      OpTester t;
+      int64_t n = 0;
+      for (int64_t s : splits) n += s;
+      int x = t.f32("x", {9, 67}, RowDim::kTokens);
+      std::vector<int> in{x, t.f32("w", {n, 67})};
+      std::vector<ir::Attr> attrs{{"splits", splits}};
+      if (epilogue) {
+        in.push_back(t.f32("b", {n}));
+        attrs.push_back({"clip", 0.6});
+      }
+      auto r = t.graph().add_node(OpKind::kLinear, "node", in, attrs, static_cast<int>(splits.size()));
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      t.check(7, 0, kTol);
+    }
+  }
 }
 
 void test_Add() {

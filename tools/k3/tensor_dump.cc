@@ -24,7 +24,10 @@ class DumpHooks : public runtime::StepHooks {
     (void)index;
     for (size_t i = 0; i < n_outputs; ++i) {
       const runtime::TensorArg& t = outputs[i];
-      const std::string name = n_outputs == 1 ? node.name : node.name + ":" + std::to_string(i);
+      // The value's name: a node's own for one output, the tensor's for the
+      // outputs of a split Linear (fuse-sibling-linears keeps q, k and v
+      // under their own names, which the reference dump uses too).
+      const std::string& name = t.value->name;
       nlohmann::json e;
       e["name"] = name;
       e["op"] = ir::op_name(node.op);

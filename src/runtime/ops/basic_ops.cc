@@ -68,9 +68,12 @@ void run_RmsNorm(const OpCall& c) {
 
 void run_Linear(const OpCall& c) {
   // x [M, K] . W[N, K]^T -> [M, N]; threads split N in multiples of 16 rows.
+  // With attr splits the N columns go to several outputs, [M, N_i] each,
+  // output i holding columns o_i .. o_i + N_i; a thread's chunk may cover
+  // parts of two.
   const int64_t m = c.in[0].rows, k = c.in[0].cols(), n = c.in[1].dim(0);
   const float* x = c.in[0].f32();
-  float* y = c.out[0].f32();
+  const auto n_out = static_cast<int64_t>(c.node->outputs.size());
   // Optional bias, output scale and clamp, applied to each thread's columns
   // while they are still in cache.
   const float* bias = c.node->inputs.size() > 2 ? c.in[2].f32() : nullptr;
@@ -78,12 +81,19 @@ void run_Linear(const OpCall& c) {
   const float clip = static_cast<float>(c.node->attr_float("clip", 0.0));
   const bool epilogue = bias != nullptr || scale != 1.0f || clip > 0.0f;
   c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) {
-    gemm_weight(c.kt, m, b, e, k, x, k, c.in[1], y, n);
-    if (!epilogue) return;
-    for (int64_t r = 0; r < m; ++r) {
-      float* yr = y + r * n;
-      for (int64_t j = b; j < e; ++j) yr[j] = (yr[j] + (bias ? bias[j] : 0.0f)) * scale;
-      clip_in_place(yr + b, e - b, clip);
+    int64_t o = 0;  // first column of output i
+    for (int64_t i = 0; i < n_out && o < e; o += c.out[i].cols(), ++i) {
+      const int64_t width = c.out[i].cols();
+      const int64_t lo = std::max(b, o) - o, hi = std::min(e, o + width) - o;  // this chunk's columns of output i
+      if (lo >= hi) continue;
+      float* y = c.out[i].f32();
+      gemm_weight(c.kt, m, lo, hi, k, x, k, c.in[1], y, width, o);
+      if (!epilogue) continue;
+      for (int64_t r = 0; r < m; ++r) {
+        float* yr = y + r * width;
+        for (int64_t j = lo; j < hi; ++j) yr[j] = (yr[j] + (bias ? bias[o + j] : 0.0f)) * scale;
+        clip_in_place(yr + lo, hi - lo, clip);
+      }
     }
   });
 }

@@ -35,21 +35,32 @@ struct OpCall {
 
 using OpFn = void (*)(const OpCall&);
 
-// C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T for a weight argument stored as
-// f32 or bf16 ([N, K], dense rows), int8 blocks (ir::DType::kQ8) or f32 /
-// bf16 panels (ir::DType::kF32P16 / kBF16P16, util/panel.h).
+// C[M, n0..n1) = A[M, K] . W[row0 + n0 .. row0 + n1, K]^T for a weight
+// argument stored as f32 or bf16 ([N, K], dense rows), int8 blocks
+// (ir::DType::kQ8) or f32 / bf16 panels (ir::DType::kF32P16 / kBF16P16,
+// util/panel.h): the kernel sees the rows from row0 on as a matrix of their
+// own (a Linear's split output; row0 is a multiple of 16, so panels start
+// on a panel).
 inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
-                        int64_t lda, const TensorArg& w, float* C, int64_t ldc) {
-  if (w.value->dtype == ir::DType::kBF16)
-    kt->gemm_nt_bf16(M, n0, n1, K, A, lda, static_cast<const uint16_t*>(w.data), K, C, ldc);
-  else if (w.value->dtype == ir::DType::kQ8)
-    kt->gemm_nt_q8(M, n0, n1, K, A, lda, static_cast<const uint8_t*>(w.data), C, ldc);
-  else if (w.value->dtype == ir::DType::kBF16P16)
-    kt->gemm_nt_bf16p16(M, n0, n1, K, A, lda, static_cast<const uint16_t*>(w.data), C, ldc);
-  else if (w.value->dtype == ir::DType::kF32P16)
-    kt->gemm_nt_p16(M, n0, n1, K, A, lda, static_cast<const float*>(w.data), C, ldc);
-  else
-    kt->gemm_nt(M, n0, n1, K, A, lda, w.f32(), K, C, ldc);
+                        int64_t lda, const TensorArg& w, float* C, int64_t ldc, int64_t row0 = 0) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const auto k = static_cast<uint64_t>(K), r = static_cast<uint64_t>(row0);
+  switch (w.value->dtype) {
+    case ir::DType::kBF16:
+      kt->gemm_nt_bf16(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), K, C, ldc);
+      break;
+    case ir::DType::kQ8:
+      kt->gemm_nt_q8(M, n0, n1, K, A, lda, base + r * ir::q8_row_bytes(k), C, ldc);
+      break;
+    case ir::DType::kBF16P16:  // row0 / 16 whole panels of 16 x K
+      kt->gemm_nt_bf16p16(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), C, ldc);
+      break;
+    case ir::DType::kF32P16:
+      kt->gemm_nt_p16(M, n0, n1, K, A, lda, reinterpret_cast<const float*>(base + r * k * 4), C, ldc);
+      break;
+    default:
+      kt->gemm_nt(M, n0, n1, K, A, lda, reinterpret_cast<const float*>(base + r * k * 4), K, C, ldc);
+  }
 }
 
 // Optimized implementation of an op (registry.cc).

@@ -124,14 +124,23 @@ void linear_weight(const float* x, int64_t rows, int64_t k_dim, const TensorArg&
 }
 
 void ref_Linear(const OpCall& c) {
-  const int64_t n = c.in[1].dim(0);
-  float* y = c.out[0].f32();
-  linear_weight(c.in[0].f32(), c.in[0].rows, c.in[0].cols(), c.in[1], n, y);
+  // The whole [T, N] product, then its column ranges to the outputs (one
+  // output unless attr splits).
+  const int64_t n = c.in[1].dim(0), rows = c.in[0].rows;
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  linear_weight(c.in[0].f32(), rows, c.in[0].cols(), c.in[1], n, y.data());
   const float* bias = c.node->inputs.size() > 2 ? c.in[2].f32() : nullptr;
   const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
   const double clip = c.node->attr_float("clip", 0.0);
-  for (int64_t t = 0; t < c.in[0].rows; ++t)
-    for (int64_t j = 0; j < n; ++j) y[t * n + j] = clip_to((y[t * n + j] + (bias ? bias[j] : 0.0f)) * scale, clip);
+  int64_t o = 0;
+  for (size_t i = 0; i < c.node->outputs.size(); ++i) {
+    const int64_t width = c.out[i].cols();
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t j = 0; j < width; ++j)
+        c.out[i].f32()[t * width + j] =
+            clip_to((y[static_cast<size_t>(t * n + o + j)] + (bias ? bias[o + j] : 0.0f)) * scale, clip);
+    o += width;
+  }
 }
 
 void ref_Add(const OpCall& c) {
