@@ -96,8 +96,13 @@ class ThreadPool {
   }
 
  private:
-  // More chunks than threads lets the others absorb a delayed thread's share.
-  static constexpr int kChunksPerThread = 4;
+  // More chunks than threads lets the others absorb a delayed thread's share;
+  // fewer make each thread's weight streams longer and its claims (an atomic
+  // on a line both cores write) rarer. Two per thread, measured on int8
+  // k3-base decode (docs/performance.md, "Chunks per thread"): 4 -> 2 took
+  // the median step from 7.53 to 7.02 ms; 1 gave 6.68 ms but leaves a
+  // descheduled thread's whole half to wait for.
+  static constexpr int kChunksPerThread = 2;
   using RawFn = void (*)(void*, int64_t, int64_t);
   void run_raw(RawFn fn, void* ctx, int64_t n_chunks, bool one_per_thread);
   void worker_loop(int index);
