@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -72,6 +73,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -312,10 +315,17 @@ def run_llama_at(
     except ValueError as exc:
         return EngineResult("llama.cpp", note=f"not run: {exc}")
     print(f"llama.cpp {gguf_type} ...", file=sys.stderr)
-    with OtherLoad() as load:
-        result = run_llama_cpp(gguf_path, gguf_type, settings, prompt)
-    result.other_load_cores = load.cores
-    gguf_path.unlink(missing_ok=True)  # several GB at f32; one at a time
+    # In a child process: a crash inside llama.cpp (its AMX int8 path
+    # segfaults on some hosts, ggml-org/llama.cpp#20824) becomes a row that
+    # says so instead of ending the whole comparison.
+    try:
+        with OtherLoad() as load, ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            result = pool.submit(run_llama_cpp, gguf_path, gguf_type, settings, prompt).result()
+        result.other_load_cores = load.cores
+    except BrokenProcessPool:
+        result = EngineResult("llama.cpp", note=f"not run: llama.cpp died on GGUF {gguf_type} (see stderr)")
+    finally:
+        gguf_path.unlink(missing_ok=True)  # several GB at f32; one at a time
     return result
 
 
