@@ -274,6 +274,20 @@ TEST(K3m, InconsistentMetadataIsNamed) {
                    if (a[0] == "head_dim") a[2] = 3;
              }),
              "head_dim");
+  // A split Linear (fuse-sibling-linears: k3-tiny's q, k, v are 64, 32, 32
+  // wide) whose widths do not fit its weight or its outputs.
+  auto splits = [&](json widths) {
+    return err([&](json& m) {
+      for (json& n : m["graphs"]["decode"]["nodes"])
+        for (json& a : n["attrs"])
+          if (a[0] == "splits") a[2] = widths;
+    });
+  };
+  EXPECT_HAS(splits(json::array({64, 32, 16})), "add up to 112");
+  EXPECT_HAS(splits(json::array({64, 24, 40})), "multiple of 16");
+  EXPECT_HAS(splits(json::array({64, 32, 32, 16})), "splits");
+  EXPECT_HAS(splits(json::array({32, 32, 64})), "shape");
+  EXPECT_HAS(splits("wide"), "splits");
   // Weight values must match their tensor's shape.
   EXPECT_HAS(err([](json& m) {
                for (json& v : m["graphs"]["decode"]["values"])
