@@ -129,34 +129,39 @@ void ThreadPool::wake_all() {
   if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(&generation_);
 }
 
-void ThreadPool::drain(uint32_t gen) {
+void ThreadPool::drain(uint32_t gen, int self) {
   for (;;) {
     uint64_t t = ticket_.load(std::memory_order_acquire);
     if (static_cast<uint32_t>(t >> 32) != gen) return;  // a later region: not ours
     const int64_t chunk = static_cast<int64_t>(t & 0xffffffffu);
-    const int64_t n = n_chunks_.load(std::memory_order_relaxed);
+    // Acquire: if this is already the next region's count, the caller's
+    // closing store of our ticket (see run_raw) happens-before the CAS
+    // below, so a stale ticket cannot be claimed against the wrong count.
+    const int64_t n = n_chunks_.load(std::memory_order_acquire);
     if (chunk >= n) return;
     if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
     // The claim succeeded for this generation, so the region is still open
     // (its caller waits for this chunk) and fn_/ctx_ are the region's.
+    // run_on_each_thread promises f(t) on thread t, whichever ticket t took.
     const bool one = one_per_thread_.load(std::memory_order_relaxed);
-    fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), chunk, n);
+    fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), one ? self : chunk, n);
     done_.fetch_add(1, std::memory_order_acq_rel);
     if (one) return;
   }
 }
 
 void ThreadPool::run_raw(RawFn fn, void* ctx, int64_t n_chunks, bool one_per_thread) {
+  K3_CHECK(n_chunks > 0 && n_chunks < int64_t{kClosed});  // a chunk index fits the ticket's low half
   const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   fn_.store(fn, std::memory_order_relaxed);
   ctx_.store(ctx, std::memory_order_relaxed);
-  n_chunks_.store(n_chunks, std::memory_order_relaxed);
+  n_chunks_.store(n_chunks, std::memory_order_release);
   one_per_thread_.store(one_per_thread, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
   ticket_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
   generation_.store(gen, std::memory_order_seq_cst);
   wake_all();
-  drain(gen);
+  drain(gen, 0);
   int spins = 0;
   while (done_.load(std::memory_order_acquire) != n_chunks) {
     if (++spins < kSpinIterations)
@@ -164,6 +169,13 @@ void ThreadPool::run_raw(RawFn fn, void* ctx, int64_t n_chunks, bool one_per_thr
     else
       std::this_thread::yield();
   }
+  // Close the region: its ticket now names no chunk under any count. Without
+  // this, a worker still holding the ticket (gen, n) from its last look could
+  // read the next region's larger n_chunks_ and claim chunk n of this
+  // finished region before the next ticket is published: a chunk that does
+  // not exist, run against whatever fn_/ctx_ are by then, counted in the next
+  // region's done_ (which then never equals its chunk count: a hang).
+  ticket_.store(static_cast<uint64_t>(gen) << 32 | kClosed, std::memory_order_relaxed);
 }
 
 void ThreadPool::worker_loop(int index) {
@@ -186,7 +198,7 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
-    drain(g);
+    drain(g, index);
   }
 }
 

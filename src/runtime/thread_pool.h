@@ -103,12 +103,16 @@ class ThreadPool {
   // the median step from 7.53 to 7.02 ms; 1 gave 6.68 ms but leaves a
   // descheduled thread's whole half to wait for.
   static constexpr int kChunksPerThread = 2;
+  // The low half of a finished region's ticket: no region has this many chunks.
+  static constexpr uint32_t kClosed = 0xffffffffu;
   using RawFn = void (*)(void*, int64_t, int64_t);
   void run_raw(RawFn fn, void* ctx, int64_t n_chunks, bool one_per_thread);
   void worker_loop(int index);
   void wake_all();
-  // Claims and runs chunks of the region with generation `gen` until none are left.
-  void drain(uint32_t gen);
+  // Claims and runs chunks of the region with generation `gen` until none
+  // are left (one, run as chunk `self`, in run_on_each_thread's regions);
+  // self is the calling thread's index (the caller is 0).
+  void drain(uint32_t gen, int self);
 
   int n_threads_;
   std::vector<int> cpus_;
