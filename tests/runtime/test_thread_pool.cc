@@ -47,10 +47,10 @@ TEST(ThreadPool, ManyDispatchesAndIdleGaps) {
 TEST(ThreadPool, AStaleTicketCannotClaimAChunkOfTheNextRegion) {
   // Regions alternate 2 and 8 chunks, on more threads than cores so workers
   // are often descheduled holding the last ticket of a 2-chunk region: one
-  // that then read the next region's count (8) used to claim 'chunk 2' of
-  // the finished region, running a chunk twice or hanging the caller. The
+  // that then read the next region's count (8) could claim 'chunk 2' of the
+  // finished region, running a chunk twice or hanging the caller. The
   // window is a few instructions of the caller's, so this stress test only
-  // sometimes lands in it (the hang was first seen once in ~600 runs of
+  // sometimes lands in it (one hang that fits it was seen in ~600 runs of
   // ParallelForCoversEachIndexOnce); the argument is in run_raw.
   ThreadPool pool(4);
   for (int round = 0; round < 20000; ++round) {
