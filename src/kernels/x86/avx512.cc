@@ -133,9 +133,7 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(acc[i][j]);
+  for (int i = 0; i < MR; ++i) store_hsums(acc[i], C + i * ldc, cs);
 }
 
 template <class WT>

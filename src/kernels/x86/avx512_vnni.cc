@@ -154,9 +154,12 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < MR; ++i) {
+    __m512 sums[NR];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) C[i * ldc + j * cs] = hsum(_mm512_load_ps(facc[i][j]));
+    for (int j = 0; j < NR; ++j) sums[j] = _mm512_load_ps(facc[i][j]);
+    store_hsums(sums, C + i * ldc, cs);
+  }
 }
 
 // 6 x 4 prefill tiles: at M = 32 with W streamed one thread ran 132-195
