@@ -122,7 +122,22 @@ StepCounts StepProfiler::counts(int64_t s, size_t i) const {
 
 namespace {
 
-Rates rates_of(const OpCost& cost, double ms, double step_ms, const MachineLimits& lim) {
+// A node's precision: that of its widest-compute weight (an int8 Linear
+// may carry an f32 bias; the int8 matrix decides).
+ComputePrecision node_precision(const ir::Graph& g, const ir::Node& node) {
+  ComputePrecision p = ComputePrecision::kF32;
+  for (const int v : node.inputs) {
+    if (v < 0) continue;
+    const ir::Value& val = g.value(v);
+    if (val.kind != ir::ValueKind::kWeight) continue;
+    if (val.dtype == ir::DType::kQ8) return ComputePrecision::kInt8;
+    if (val.dtype == ir::DType::kBF16 || val.dtype == ir::DType::kBF16P16) p = ComputePrecision::kBF16;
+  }
+  return p;
+}
+
+Rates rates_of(const OpCost& cost, double ms, double step_ms, const MachineLimits& lim,
+               ComputePrecision prec = ComputePrecision::kF32) {
   Rates r;
   r.ms = ms;
   r.share = step_ms > 0 ? ms / step_ms : 0.0;
@@ -132,9 +147,9 @@ Rates rates_of(const OpCost& cost, double ms, double step_ms, const MachineLimit
     r.gflop_per_s = cost.flops / (ms * 1e6);
   }
   if (lim.known() && ms > 0) {
-    const bool mem = cost.intensity() < lim.ridge();
+    const bool mem = cost.intensity() < lim.ridge(prec);
     r.memory_bound = mem;
-    r.limit_fraction = mem ? r.gb_per_s / lim.read_gb_per_s : r.gflop_per_s / lim.peak_gflops;
+    r.limit_fraction = mem ? r.gb_per_s / lim.read_gb_per_s : r.gflop_per_s / lim.peak_for(prec);
   }
   return r;
 }
@@ -146,6 +161,30 @@ void add_cost(OpCost& a, const OpCost& b, double scale = 1.0) {
 }
 
 }  // namespace
+
+const char* precision_name(ComputePrecision p) {
+  switch (p) {
+    case ComputePrecision::kBF16:
+      return "bf16";
+    case ComputePrecision::kInt8:
+      return "int8";
+    case ComputePrecision::kF32:
+      break;
+  }
+  return "fp32";
+}
+
+double MachineLimits::peak_for(ComputePrecision p) const {
+  switch (p) {
+    case ComputePrecision::kBF16:
+      return std::max(peak_gflops, bf16_peak_gflops);
+    case ComputePrecision::kInt8:
+      return std::max(peak_gflops, int8_peak_gops);
+    case ComputePrecision::kF32:
+      break;
+  }
+  return peak_gflops;
+}
 
 ProfileReport build_report(const StepProfiler& p, const MachineLimits& limits, double outlier_factor) {
   ProfileReport r;
@@ -190,6 +229,7 @@ ProfileReport build_report(const StepProfiler& p, const MachineLimits& limits, d
     ns.name = node.name;
     ns.op = node.op;
     ns.cls = op_class(node.op);
+    ns.precision = node_precision(g, node);
     double ms = 0, experts = 0;
     bool experts_known = true;
     for (int64_t s : used) {
@@ -200,7 +240,7 @@ ProfileReport build_report(const StepProfiler& p, const MachineLimits& limits, d
       experts += static_cast<double>(c.moe_experts) * inv;
     }
     if (node.op == ir::OpKind::kMoe && experts_known) ns.moe_experts = experts;
-    ns.rates = rates_of(ns.cost, ms, r.step_ms, limits);
+    ns.rates = rates_of(ns.cost, ms, r.step_ms, limits, ns.precision);
     r.ops_ms += ms;
     r.class_ms[static_cast<int>(ns.cls)] += ms;
     add_cost(r.total, ns.cost);
@@ -210,12 +250,22 @@ ProfileReport build_report(const StepProfiler& p, const MachineLimits& limits, d
     KindStats ks;
     ks.op = static_cast<ir::OpKind>(k);
     double ms = 0;
-    for (const NodeStats& ns : r.nodes)
-      if (ns.op == ks.op) ++ks.count, ms += ns.rates.ms, add_cost(ks.cost, ns.cost);
+    for (const NodeStats& ns : r.nodes) {
+      if (ns.op != ks.op) continue;
+      ++ks.count, ms += ns.rates.ms, add_cost(ks.cost, ns.cost);
+      if (limits.peak_for(ns.precision) > limits.peak_for(ks.precision)) ks.precision = ns.precision;
+    }
     if (ks.count == 0) continue;
-    ks.rates = rates_of(ks.cost, ms, r.step_ms, limits);
+    ks.rates = rates_of(ks.cost, ms, r.step_ms, limits, ks.precision);
     r.kinds.push_back(ks);
   }
+
+  double flops_of[3] = {};
+  for (const NodeStats& ns : r.nodes) flops_of[static_cast<int>(ns.precision)] += ns.cost.flops;
+  for (int p = 1; p < 3; ++p)
+    if (flops_of[p] > flops_of[static_cast<int>(r.main_precision)]) r.main_precision = static_cast<ComputePrecision>(p);
+  if (limits.known() && r.step_ms > 0)
+    r.step_peak_fraction = r.total.flops / (r.step_ms * 1e6) / limits.peak_for(r.main_precision);
   return r;
 }
 
@@ -254,10 +304,16 @@ std::string format_report(const ProfileReport& r, int top_n) {
   o += fmt("work   %.2f MB read, %.2f MB written, %.2f MFLOP per step -> %.2f GB/s, %.2f GFLOP/s over the whole step\n",
            r.total.bytes_read * 1e-6, r.total.bytes_written * 1e-6, r.total.flops * 1e-6,
            r.step_ms > 0 ? r.total.bytes() / (r.step_ms * 1e6) : 0.0, r.step_ms > 0 ? r.total.flops / (r.step_ms * 1e6) : 0.0);
-  if (r.limits.known())
-    o += fmt("limits read %.1f GB/s, fp32 peak %.1f GFLOP/s, ridge %.2f flop/byte (%s)\n", r.limits.read_gb_per_s,
-             r.limits.peak_gflops, r.limits.ridge(), r.limits.source.c_str());
-  else
+  if (r.limits.known()) {
+    std::string dots;
+    if (r.limits.bf16_peak_gflops > 0) dots += fmt(", bf16 dot %.1f", r.limits.bf16_peak_gflops);
+    if (r.limits.int8_peak_gops > 0) dots += fmt(", int8 dot %.1f GOP/s", r.limits.int8_peak_gops);
+    o += fmt("limits read %.1f GB/s, fp32 peak %.1f GFLOP/s%s, ridge %.2f flop/byte (%s)\n", r.limits.read_gb_per_s,
+             r.limits.peak_gflops, dots.c_str(), r.limits.ridge(r.main_precision), r.limits.source.c_str());
+    if (r.step_peak_fraction)
+      o += fmt("       the whole step's rate is %.1f%% of the %s peak (%.1f), the precision of most of its flops\n",
+               100.0 * *r.step_peak_fraction, precision_name(r.main_precision), r.limits.peak_for(r.main_precision));
+  } else
     o += fmt("limits unknown (%s): no %% of limit\n", r.limits.source.empty() ? "no sysinfo" : r.limits.source.c_str());
   if (fits_in_cache(r))
     o += fmt("note   the step reads %.1f MB, within the %.1f MB last-level cache: repeated steps are served from cache,\n"
@@ -334,11 +390,15 @@ nlohmann::json report_json(const ProfileReport& r) {
   if (r.limits.known())
     j["limits"] = {{"read_gb_per_s", r.limits.read_gb_per_s},
                    {"peak_gflop_per_s", r.limits.peak_gflops},
-                   {"ridge_flop_per_byte", r.limits.ridge()},
+                   {"bf16_peak_gflop_per_s", r.limits.bf16_peak_gflops},
+                   {"int8_peak_gop_per_s", r.limits.int8_peak_gops},
+                   {"ridge_flop_per_byte", r.limits.ridge(r.main_precision)},
                    {"cache_bytes", r.limits.cache_bytes},
                    {"source", r.limits.source}};
   else
     j["limits"] = nullptr;
+  j["main_precision"] = precision_name(r.main_precision);
+  j["step_peak_fraction"] = r.step_peak_fraction ? nlohmann::json(*r.step_peak_fraction) : nlohmann::json(nullptr);
   nlohmann::json classes = nlohmann::json::object();
   const double inv = r.step_ms > 0 ? 1.0 / r.step_ms : 0.0;
   const char* keys[kNumOpClasses] = {"matmul", "attention", "moe", "norm_elementwise", "data_movement"};
@@ -354,6 +414,7 @@ nlohmann::json report_json(const ProfileReport& r) {
     nlohmann::json e = rates_json(k.rates);
     e["kind"] = ir::op_name(k.op);
     e["count"] = k.count;
+    e["precision"] = precision_name(k.precision);
     e["cost"] = cost_json(k.cost);
     kinds.push_back(e);
   }
@@ -363,6 +424,7 @@ nlohmann::json report_json(const ProfileReport& r) {
     nlohmann::json e = rates_json(ns.rates);
     e["name"] = ns.name;
     e["kind"] = ir::op_name(ns.op);
+    e["precision"] = precision_name(ns.precision);
     e["cost"] = cost_json(ns.cost);
     if (ns.op == ir::OpKind::kMoe) e["experts_routed"] = ns.moe_experts >= 0 ? nlohmann::json(ns.moe_experts) : nlohmann::json(nullptr);
     nodes.push_back(e);

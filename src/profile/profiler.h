@@ -115,14 +115,28 @@ class HwCounterSet {
   std::string errors_[4];
 };
 
+// The arithmetic a node's weights allow: fp32 FMA (f32 weights), bf16 dot
+// products (bf16 weights) or int8 dot products (kQ8 weights).
+enum class ComputePrecision : uint8_t { kF32, kBF16, kInt8 };
+const char* precision_name(ComputePrecision p);
+
 // Machine limits for the roofline (from sysinfo); 0 = unknown.
 struct MachineLimits {
   double read_gb_per_s = 0;  // best measured read bandwidth with the step's threads
   double peak_gflops = 0;    // fp32 peak with the step's threads
+  double bf16_peak_gflops = 0;  // vdpbf16ps peak with the step's threads (0: none measured)
+  double int8_peak_gops = 0;    // vpdpbusd peak with the step's threads (0: none measured)
   int64_t cache_bytes = 0;   // last-level cache; 0 = unknown
   std::string source;        // where the numbers came from
   bool known() const { return read_gb_per_s > 0 && peak_gflops > 0; }
-  double ridge() const { return known() ? peak_gflops / read_gb_per_s : 0.0; }  // flops per byte
+  // The compute ceiling for work of precision p: the highest peak a kernel
+  // for it could use (bf16 weights can also be widened and FMA'd in fp32,
+  // so never below the fp32 peak). Judging an int8 GEMM against the fp32
+  // peak would flatter it by the int8 units' factor (4x on Zen 5).
+  double peak_for(ComputePrecision p) const;
+  double ridge(ComputePrecision p = ComputePrecision::kF32) const {  // flops per byte
+    return known() ? peak_for(p) / read_gb_per_s : 0.0;
+  }
 };
 
 // Achieved rates of a (node or aggregate) cost in a time.
@@ -139,6 +153,7 @@ struct NodeStats {
   std::string name;
   ir::OpKind op;
   OpClass cls;
+  ComputePrecision precision = ComputePrecision::kF32;  // of its weights (fp32 without weights)
   OpCost cost;  // mean per step
   double moe_experts = -1;  // mean distinct experts routed (Moe nodes, when read)
   Rates rates;
@@ -147,6 +162,7 @@ struct NodeStats {
 struct KindStats {
   ir::OpKind op;
   int count = 0;  // nodes per step
+  ComputePrecision precision = ComputePrecision::kF32;  // the highest-peak one among its nodes
   OpCost cost;
   Rates rates;
 };
@@ -165,6 +181,10 @@ struct ProfileReport {
   double exit_ms = 0;     // last node to the step's return
   double class_ms[kNumOpClasses] = {};
   MachineLimits limits;
+  // The precision of the nodes doing most of the step's flops, and the
+  // whole step's rate against that precision's peak (unset: limits unknown).
+  ComputePrecision main_precision = ComputePrecision::kF32;
+  std::optional<double> step_peak_fraction;
   std::vector<NodeStats> nodes;  // one per plan node, plan order
   std::vector<KindStats> kinds;  // op kinds present, op-table order
   OpCost total;                  // all nodes, per step

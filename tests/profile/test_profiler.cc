@@ -14,6 +14,7 @@
 #include <new>
 #include <nlohmann/json.hpp>
 
+#include "compiled/compiled_model.h"
 #include "profile/profiler.h"
 #include "profile/trace.h"
 #include "runtime/test_models.h"
@@ -202,6 +203,64 @@ TEST(Profiler, PrefillProfilesOneChunk) {
   EXPECT_EQ(c.tokens, 32);
   EXPECT_EQ(c.out_rows, 1);
   EXPECT_EQ(c.kv_positions, 32 * 33 / 2);  // causal: token i attends i + 1 positions
+}
+
+// A compute-bound node is judged against the peak of the arithmetic its
+// weights allow: int8 matrices against the int8 dot peak, bf16 against the
+// higher of the bf16 dot and fp32 FMA peaks, weightless ops against fp32.
+TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
+  MachineLimits lim;
+  lim.read_gb_per_s = 1e6;  // ridge 1e-4 flop/byte: every matrix product is compute-bound
+  lim.peak_gflops = 100;
+  lim.bf16_peak_gflops = 50;  // slower than fp32 FMA (as on some Intel parts): fp32 is the ceiling
+  lim.int8_peak_gops = 400;
+  EXPECT_EQ(lim.peak_for(ComputePrecision::kF32), 100);
+  EXPECT_EQ(lim.peak_for(ComputePrecision::kBF16), 100);
+  EXPECT_EQ(lim.peak_for(ComputePrecision::kInt8), 400);
+  EXPECT_DOUBLE_EQ(lim.ridge(ComputePrecision::kInt8), 4 * lim.ridge());
+
+  for (const char* precision : {"int8", "bf16"}) {
+    SCOPED_TRACE(precision);
+    ProfileOptions o;
+    o.prefill = true;
+    o.context = 32;
+    o.steps = 1;
+    o.warmup = 0;
+    o.counters = false;
+    auto cfg = load_config(k3::testing::model_dir("k3-tiny") + "/config.json");
+    ASSERT_TRUE(cfg.ok());
+    auto eo = profile_engine_options(o, *cfg);
+    ASSERT_TRUE(eo.ok());
+    CompileOptions co;
+    co.prefill_chunk = eo->prefill_chunk;
+    co.ctx_len = eo->ctx_len;
+    co.precision = precision;
+    auto model = compile_checkpoint(k3::testing::model_dir("k3-tiny"), co);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    eo->threads = 1;
+    auto engine = runtime::Engine::create(std::move(model).value(), *eo);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    auto run = run_profile(**engine, o);
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    const ProfileReport r = build_report(*run->profiler, lim);
+    const bool int8 = std::string(precision) == "int8";
+    const ComputePrecision want = int8 ? ComputePrecision::kInt8 : ComputePrecision::kBF16;
+    int judged = 0;
+    for (const NodeStats& n : r.nodes) {
+      if (n.op == ir::OpKind::kMoe) EXPECT_EQ(n.precision, want) << n.name;
+      if (n.op == ir::OpKind::kLayerNorm) EXPECT_EQ(n.precision, ComputePrecision::kF32) << n.name;
+      if (n.op != ir::OpKind::kMoe || n.rates.ms <= 0) continue;
+      ASSERT_TRUE(n.rates.memory_bound.has_value() && !*n.rates.memory_bound) << n.name;
+      EXPECT_NEAR(*n.rates.limit_fraction, n.rates.gflop_per_s / (int8 ? 400.0 : 100.0), 1e-12) << n.name;
+      ++judged;
+    }
+    EXPECT_GT(judged, 0);
+    EXPECT_EQ(r.main_precision, want);  // the experts do most of the flops
+    ASSERT_TRUE(r.step_peak_fraction.has_value());
+    EXPECT_NEAR(*r.step_peak_fraction, r.total.flops / (r.step_ms * 1e6) / (int8 ? 400.0 : 100.0), 1e-12);
+    const nlohmann::json j = report_json(r);
+    EXPECT_EQ(j["main_precision"], precision);
+  }
 }
 
 TEST(Profiler, RejectsOptionsTheEngineCannotRun) {

@@ -48,6 +48,10 @@ profile::MachineLimits machine_limits(int threads, bool refresh) {
   const int used = si->hardware_threads > 0 ? std::min(threads, si->hardware_threads) : threads;
   lim.peak_gflops = si->fp32_gflops_per_core * used;
   if (si->fp32_gflops_total > 0) lim.peak_gflops = std::min(lim.peak_gflops, si->fp32_gflops_total);
+  // Only per-core dot peaks are measured: times the threads, as FMA would
+  // scale without an all-thread measurement.
+  if (si->bf16_gflops_per_core) lim.bf16_peak_gflops = *si->bf16_gflops_per_core * used;
+  if (si->int8_gops_per_core) lim.int8_peak_gops = *si->int8_gops_per_core * used;
   lim.cache_bytes = si->l3_bytes;
   lim.source = "sysinfo, " + std::to_string(threads) + " threads, measured " + si->measured_at;
   return lim;
