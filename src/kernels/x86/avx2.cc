@@ -414,7 +414,7 @@ constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8GemvNr] = {
 // int8 GEMM on CPUs without VNNI.
 void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc) {
-  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr, kQ8ActBytes};
+  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr, kQ8ActBytes, 1};
   gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, prepare_row_q8,
                 [](int64_t mr, int64_t nr) { return kQ8Tiles[mr - 1][nr - 1]; });
 }

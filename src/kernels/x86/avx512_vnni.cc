@@ -34,6 +34,14 @@ namespace {
 
 constexpr int64_t kFarMaxM = 8;      // as avx512.cc: chunks this small read W rows far apart
 constexpr int64_t kQ8ActBytes = 40;  // per block of a prepared row: 32 int8, f32 scale, int32 offset
+// Decode tiles prefetch each stream 2 rows ahead into L1 (_MM_HINT_T0).
+// With 1 row ahead into L2 (T1) a Zen 5 core streamed int8 rows at 21.5
+// GB/s; T0 alone gave 26.3, T0 and 2 rows 29.9, and no software prefetch
+// 15.7 (bench_kernels avx512/gemm_nt_q8_stream/M1_N1536_K512, one thread,
+// medians of 6 interleaved rounds; M4: 13.0 -> 17.4). A 544-byte int8 row
+// is half a bf16 row, so one row ahead was half as far ahead in bytes.
+constexpr int64_t kQ8FarAhead = 2;
+constexpr auto kQ8Hint = _MM_HINT_T0;
 
 // One row of A -> its prepared form: K int8 in the weights' interleaved
 // order, then K/32 f32 scales, then K/32 int32 offsets (-128 * block sum).
@@ -109,7 +117,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           if (prefetch != nullptr)
-            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + t * 64), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + t * 64), kQ8Hint);
           wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wg + j * row_bytes + t * 64), bias);
         }
 #pragma GCC unroll 8
@@ -124,7 +132,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j)
           for (int64_t o = 0; o < 32 * r; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + o), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + o), kQ8Hint);
       }
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
@@ -143,7 +151,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       if (prefetch != nullptr)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), kQ8Hint);
       const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + K + g * 32));  // f16 scales
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
@@ -179,7 +187,7 @@ constexpr auto kQ8Tiles = make_q8_tiles(std::make_integer_sequence<int, kQ8Mr * 
 // The driver (x86/q8_drive.h) with this file's row preparation and tiles.
 void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                            float* C, int64_t ldc) {
-  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes};
+  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes, kQ8FarAhead};
   gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, prepare_row_q8, [](int64_t mr, int64_t nr) {
     return nr == kQ8FarNr1 ? Q8TileFn{q8_tile<1, kQ8FarNr1>} : kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1];
   });
