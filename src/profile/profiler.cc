@@ -127,11 +127,10 @@ namespace {
 ComputePrecision node_precision(const ir::Graph& g, const ir::Node& node) {
   ComputePrecision p = ComputePrecision::kF32;
   for (const int v : node.inputs) {
-    if (v < 0) continue;
-    const ir::Value& val = g.value(v);
-    if (val.kind != ir::ValueKind::kWeight) continue;
-    if (val.dtype == ir::DType::kQ8) return ComputePrecision::kInt8;
-    if (val.dtype == ir::DType::kBF16 || val.dtype == ir::DType::kBF16P16) p = ComputePrecision::kBF16;
+    if (v < 0 || g.value(v).kind != ir::ValueKind::kWeight) continue;
+    const ir::DType t = g.value(v).dtype;
+    if (t == ir::DType::kQ8) p = std::max(p, ComputePrecision::kInt8);
+    if (t == ir::DType::kBF16 || t == ir::DType::kBF16P16) p = std::max(p, ComputePrecision::kBF16);
   }
   return p;
 }
@@ -253,16 +252,16 @@ ProfileReport build_report(const StepProfiler& p, const MachineLimits& limits, d
     for (const NodeStats& ns : r.nodes) {
       if (ns.op != ks.op) continue;
       ++ks.count, ms += ns.rates.ms, add_cost(ks.cost, ns.cost);
-      if (limits.peak_for(ns.precision) > limits.peak_for(ks.precision)) ks.precision = ns.precision;
+      ks.precision = std::max(ks.precision, ns.precision);
     }
     if (ks.count == 0) continue;
     ks.rates = rates_of(ks.cost, ms, r.step_ms, limits, ks.precision);
     r.kinds.push_back(ks);
   }
 
-  double flops_of[3] = {};
+  double flops_of[kNumComputePrecisions] = {};
   for (const NodeStats& ns : r.nodes) flops_of[static_cast<int>(ns.precision)] += ns.cost.flops;
-  for (int p = 1; p < 3; ++p)
+  for (int p = 1; p < kNumComputePrecisions; ++p)
     if (flops_of[p] > flops_of[static_cast<int>(r.main_precision)]) r.main_precision = static_cast<ComputePrecision>(p);
   if (limits.known() && r.step_ms > 0)
     r.step_peak_fraction = r.total.flops / (r.step_ms * 1e6) / limits.peak_for(r.main_precision);
@@ -308,8 +307,9 @@ std::string format_report(const ProfileReport& r, int top_n) {
     std::string dots;
     if (r.limits.bf16_peak_gflops > 0) dots += fmt(", bf16 dot %.1f", r.limits.bf16_peak_gflops);
     if (r.limits.int8_peak_gops > 0) dots += fmt(", int8 dot %.1f GOP/s", r.limits.int8_peak_gops);
-    o += fmt("limits read %.1f GB/s, fp32 peak %.1f GFLOP/s%s, ridge %.2f flop/byte (%s)\n", r.limits.read_gb_per_s,
-             r.limits.peak_gflops, dots.c_str(), r.limits.ridge(r.main_precision), r.limits.source.c_str());
+    o += fmt("limits read %.1f GB/s, fp32 peak %.1f GFLOP/s%s, %s ridge %.2f flop/byte (%s)\n", r.limits.read_gb_per_s,
+             r.limits.peak_gflops, dots.c_str(), precision_name(r.main_precision), r.limits.ridge(r.main_precision),
+             r.limits.source.c_str());
     if (r.step_peak_fraction)
       o += fmt("       the whole step's rate is %.1f%% of the %s peak (%.1f), the precision of most of its flops\n",
                100.0 * *r.step_peak_fraction, precision_name(r.main_precision), r.limits.peak_for(r.main_precision));

@@ -117,7 +117,10 @@ class HwCounterSet {
 
 // The arithmetic a node's weights allow: fp32 FMA (f32 weights), bf16 dot
 // products (bf16 weights) or int8 dot products (kQ8 weights).
+// Ordered from narrowest to widest compute: a node or kind holding several
+// takes the last (std::max).
 enum class ComputePrecision : uint8_t { kF32, kBF16, kInt8 };
+inline constexpr int kNumComputePrecisions = 3;
 const char* precision_name(ComputePrecision p);
 
 // Machine limits for the roofline (from sysinfo); 0 = unknown.
@@ -162,7 +165,7 @@ struct NodeStats {
 struct KindStats {
   ir::OpKind op;
   int count = 0;  // nodes per step
-  ComputePrecision precision = ComputePrecision::kF32;  // the highest-peak one among its nodes
+  ComputePrecision precision = ComputePrecision::kF32;  // the widest among its nodes
   OpCost cost;
   Rates rates;
 };

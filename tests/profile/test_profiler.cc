@@ -187,13 +187,19 @@ TEST(Profiler, BatchedDecodeCountsExpertsActuallyRouted) {
   EXPECT_EQ(moe, c.n_layers);
 }
 
-TEST(Profiler, PrefillProfilesOneChunk) {
+// One prefill chunk of `context` tokens, no warmup, no hardware counters.
+ProfileOptions prefill_options(int64_t context, int64_t steps) {
   ProfileOptions o;
   o.prefill = true;
-  o.context = 32;
-  o.steps = 2;
+  o.context = context;
+  o.steps = steps;
   o.warmup = 0;
   o.counters = false;
+  return o;
+}
+
+TEST(Profiler, PrefillProfilesOneChunk) {
+  const ProfileOptions o = prefill_options(32, 2);
   Loaded l = load("k3-tiny", o);
   ASSERT_TRUE(l.engine);
   auto run = run_profile(*l.engine, o);
@@ -221,12 +227,7 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
 
   for (const char* precision : {"int8", "bf16"}) {
     SCOPED_TRACE(precision);
-    ProfileOptions o;
-    o.prefill = true;
-    o.context = 32;
-    o.steps = 1;
-    o.warmup = 0;
-    o.counters = false;
+    const ProfileOptions o = prefill_options(32, 1);
     auto cfg = load_config(k3::testing::model_dir("k3-tiny") + "/config.json");
     ASSERT_TRUE(cfg.ok());
     auto eo = profile_engine_options(o, *cfg);
@@ -260,6 +261,11 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
     EXPECT_NEAR(*r.step_peak_fraction, r.total.flops / (r.step_ms * 1e6) / (int8 ? 400.0 : 100.0), 1e-12);
     const nlohmann::json j = report_json(r);
     EXPECT_EQ(j["main_precision"], precision);
+    // Without machine limits (--no-limits) the precisions are still the weights'.
+    const ProfileReport unjudged = build_report(*run->profiler, MachineLimits{});
+    for (const KindStats& k : unjudged.kinds)
+      if (k.op == ir::OpKind::kMoe) EXPECT_EQ(k.precision, want);
+    EXPECT_EQ(unjudged.main_precision, want);
   }
 }
 
