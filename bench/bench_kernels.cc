@@ -1,6 +1,6 @@
-// Kernel microbenchmarks: gemm_nt (f32, bf16 and int8 weights, rows or panels) at decode (M = 1..8)
-// and prefill (M = 128) shapes and attend at two cache lengths, for every ISA
-// this CPU runs.
+// Kernel microbenchmarks: gemm_nt (f32, bf16 widened or as dot products, and
+// int8 weights, rows or panels) at decode (M = 1..8) and prefill (M = 128)
+// shapes, and attend at two cache lengths, for every ISA this CPU runs.
 // bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
 // the quantity that bounds decode speed; FLOP/s is 2*M*N*K per gemm call.
 //
@@ -51,8 +51,10 @@ void bm_gemm(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// As bm_gemm with bf16 weights (half the bytes streamed per call).
-void bm_gemm_bf16(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies) {
+// As bm_gemm with bf16 weights (half the bytes streamed per call); dot:
+// gemm_nt_bf16dot (activations rounded to bf16, vdpbf16ps where present).
+void bm_gemm_bf16(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies,
+                  bool dot) {
   const auto A = random_vec(M * K);
   const auto Wf = random_vec(copies * N * K);
   std::vector<uint16_t> W(Wf.size());
@@ -65,7 +67,7 @@ void bm_gemm_bf16(benchmark::State& state, const KernelTable* t, int64_t M, int6
   int64_t i = 0;
   for (auto _ : state) {
     const uint16_t* w = W.data() + (i++ % copies) * N * K;
-    t->gemm_nt_bf16(M, 0, N, K, A.data(), K, w, K, C.data(), N);
+    (dot ? t->gemm_nt_bf16dot : t->gemm_nt_bf16)(M, 0, N, K, A.data(), K, w, K, C.data(), N);
     benchmark::DoNotOptimize(C.data());
     benchmark::ClobberMemory();
   }
@@ -163,7 +165,9 @@ int main(int argc, char** argv) {
       const std::string shape = "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_hot" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, int64_t{1});
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_hot" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
-                                   int64_t{1});
+                                   int64_t{1}, false);
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16dot_hot" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
+                                   int64_t{1}, true);
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_p16_hot" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
                                    int64_t{1}, false);
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_hot" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
@@ -172,7 +176,9 @@ int main(int argc, char** argv) {
         const int64_t copies = kStreamBytes / (s.N * s.K * 4) + 1;
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_stream" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, copies);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_stream" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
-                                     copies * 2);
+                                     copies * 2, false);
+        benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16dot_stream" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N,
+                                     s.K, copies * 2, true);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_p16_stream" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
                                      copies, false);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_stream" + shape).c_str(), bm_gemm_panels, t, s.M, s.N,

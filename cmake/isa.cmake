@@ -5,6 +5,8 @@ set(K3_AVX2_FLAGS -mavx2 -mfma -mf16c)
 set(K3_AVX512_FLAGS -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c)
 # The int8 VNNI kernel only (x86/avx512_vnni.cc), chosen when CPUID has it.
 set(K3_AVX512VNNI_FLAGS ${K3_AVX512_FLAGS} -mavx512vnni)
+# The bf16 dot-product GEMM only (x86/avx512_bf16.cc), chosen when CPUID has it.
+set(K3_AVX512BF16_FLAGS ${K3_AVX512_FLAGS} -mavx512bf16)
 
 function(k3_isa_sources target isa)
   if(isa STREQUAL "avx2")
@@ -13,6 +15,8 @@ function(k3_isa_sources target isa)
     set(flags ${K3_AVX512_FLAGS})
   elseif(isa STREQUAL "avx512vnni")
     set(flags ${K3_AVX512VNNI_FLAGS})
+  elseif(isa STREQUAL "avx512bf16")
+    set(flags ${K3_AVX512BF16_FLAGS})
   else()
     message(FATAL_ERROR "unknown isa ${isa}")
   endif()

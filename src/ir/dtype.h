@@ -13,6 +13,12 @@
 // kF32P16 and kBF16P16 are the compiler's panel layouts of a matrix [N, K]
 // (util/panel.h): column panels of 16 rows of W, each stored k-major
 // ([K][16]), the last panel zero-padded to 16. Also not per-element sized.
+//
+// kBF16Dot is a bf16 matrix stored exactly as kBF16 (rows of K bf16) whose
+// products take the activations rounded to bf16 too (`k3 compile
+// --precision bf16`; kernels.h, gemm_nt_bf16dot): bf16 x bf16 dot products,
+// f32 sums, as vdpbf16ps computes them. kBF16 weights (a bf16 checkpoint)
+// multiply f32 activations.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +30,13 @@
 
 namespace k3::ir {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF64, kI8, kU8, kBool, kQ8, kF32P16, kBF16P16 };
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF64, kI8, kU8, kBool, kQ8, kF32P16, kBF16P16, kBF16Dot };
 
 // Elements per kQ8 scale (a block of one row).
 inline constexpr int64_t kQ8Block = 32;
+// Longest kBF16Dot row (kernels::kBf16DotMaxK; the kernels round a chunk
+// of activation rows into a stack buffer).
+inline constexpr int64_t kBF16DotMaxCols = 32768;
 // Rows of W per panel of the kF32P16 / kBF16P16 layouts.
 inline constexpr int64_t kPanelRows = 16;
 
@@ -67,6 +76,8 @@ inline uint64_t dtype_size(DType t) {
       return 4;  // per stored element; see dtype_bytes() for the padding
     case DType::kBF16P16:
       return 2;
+    case DType::kBF16Dot:
+      return 2;
   }
   return 0;
 }
@@ -97,6 +108,8 @@ inline std::string_view dtype_name(DType t) {
       return "f32p16";
     case DType::kBF16P16:
       return "bf16p16";
+    case DType::kBF16Dot:
+      return "bf16dot";
   }
   return "?";
 }

@@ -1224,6 +1224,7 @@ int64_t dtype_to_onnx(DType t) {
     case DType::kQ8:  // compiler weight formats, no ONNX equivalent
     case DType::kF32P16:
     case DType::kBF16P16:
+    case DType::kBF16Dot:
       return 0;
   }
   return 0;

@@ -63,7 +63,8 @@ const KernelTable* table_for(Isa isa) {
       return &avx2_table();
     case Isa::kAvx512: {
       static const bool vnni = __builtin_cpu_supports("avx512vnni");
-      return &avx512_table(vnni);
+      static const bool bf16 = __builtin_cpu_supports("avx512bf16");
+      return &avx512_table(vnni, bf16);
     }
   }
   return nullptr;

@@ -16,6 +16,8 @@ enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
 // Largest K gemm_nt_q8 takes (its quantized activations live on the stack).
 inline constexpr int64_t kQ8MaxK = 32768;
+// Largest K gemm_nt_bf16dot takes (its rounded activations live on the stack).
+inline constexpr int64_t kBf16DotMaxK = 32768;
 
 std::string_view isa_name(Isa isa);
 
@@ -38,6 +40,18 @@ struct KernelTable {
   // reading W, so this is the bf16 weight path.
   void (*gemm_nt_bf16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                        int64_t ldw, float* C, int64_t ldc);
+
+  // gemm_nt_bf16 with the activations rounded to bf16 too (nearest even,
+  // NaN stays NaN; ir::DType::kBF16Dot, `k3 compile --precision bf16`):
+  //   C[m, n] = sum_k bf16(A[m, k]) * W[n, k]
+  // Each product of two bf16 is exact in f32 and the sum is f32, so the
+  // tables differ only in summation order (last bits). This is what the
+  // AVX-512 BF16 dot product (vdpbf16ps) computes, 32 products per
+  // instruction, and what llama.cpp's bf16 path does; tables without it
+  // round A and run gemm_nt_bf16. K <= kBf16DotMaxK. Same contract as
+  // gemm_nt: each element's summation order is fixed whatever M, n0, n1 are.
+  void (*gemm_nt_bf16dot)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                          int64_t ldw, float* C, int64_t ldc);
 
   // gemm_nt with W in the compiler's int8 format (ir::DType::kQ8,
   // util/quant.h): row n of W is K int8 values, interleaved 4 bytes at a time

@@ -19,7 +19,9 @@
 //
 // Guards (each has a must-not-pack test in tests/passes/test_pack_weights.cc):
 //   - only weight values (constants) are packed, never activations;
-//   - only f32 and bf16 matrices; int8 (q8) keeps its row format (rank 2 is
+//   - only f32 and bf16 matrices; int8 (q8) keeps its row format, and so do
+//     bf16dot matrices (`--precision bf16`: their kernel rounds the
+//     activations to bf16, the panel kernels would not) (rank 2 is
 //     the Linear and Moe shape rules' own check, tested with them);
 //   - a MoE is packed only if all its expert matrices are f32 or bf16
 //     weights (its shape rule already makes them one dtype); the gate stays

@@ -2,11 +2,17 @@
 // for (`k3 compile --precision`), once, at compile time; the .k3m holds the
 // converted bytes and loading does no conversion.
 //
-//   Linear(x, W: f32 [N,K])              ->  Linear(x, W: bf16|q8 [N,K])
-//   Moe(x, gate: f32, experts: f32 ...)  ->  Moe(x, gate: f32, experts: bf16|q8 ...)
+//   Linear(x, W: f32 [N,K])              ->  Linear(x, W: bf16dot|q8 [N,K])
+//   Moe(x, gate: f32, experts: f32 ...)  ->  Moe(x, gate: f32, experts: bf16dot|q8 ...)
 //
-// bf16: f32 -> bf16 rounds to nearest even. The kernels widen bf16 exactly
-// and accumulate in f32, so the only error is the rounding of the weights.
+// bf16: f32 -> bf16 rounds to nearest even, into kBF16Dot matrices: the
+// kernels round the activations to bf16 as well and multiply bf16 by bf16
+// exactly, accumulating in f32 (kernels.h, gemm_nt_bf16dot), which AVX-512
+// BF16 does 32 products per instruction (llama.cpp's bf16 path does the
+// same). Matrices with rows longer than the kernels take (K >
+// kBF16DotMaxCols) become kBF16 instead, f32 activations against widened
+// weights, as does a whole MoE if one of its expert matrices is that long.
+// docs/precision.md has the quality cost of both roundings.
 // int8: symmetric absmax quantization per block of 32 weights of a row with
 // an f16 scale (util/quant.h; llama.cpp's Q8_0 bytes), the rows
 // interleaved across 16-block groups for VNNI. The kernels round activations
@@ -15,7 +21,8 @@
 //
 // Guards (each has a must-not-convert test in tests/passes/test_weight_precision.cc):
 //   - only weight values (constants) are converted, never activations;
-//   - only f32 weights (a weight already in another dtype is left alone);
+//   - only f32 weights (a weight already in another dtype is left alone: a
+//     bf16 checkpoint keeps its kBF16 matrices and f32 activations);
 //   - int8 only for matrices whose rows are whole blocks (K % 32 == 0) of
 //     at most kernels::kQ8MaxK, and whose finite weights are all within
 //     kQ8MaxAbs (127 x the largest f16: a block scale must fit the f16);
@@ -73,7 +80,9 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
     if (v < 0) v = q8_ok(g.value(id)) ? 1 : 0;
     return v == 1;
   };
-  auto convert = [&](int id) -> int {
+  // bf16 target of a matrix: kBF16Dot when the dot-product kernels take its rows.
+  auto dot_ok = [&](int id) { return g.value(id).shape.size() == 2 && g.value(id).shape[1] <= ir::kBF16DotMaxCols; };
+  auto convert = [&](int id, bool dot) -> int {
     const ir::Value& v = g.value(id);
     if (v.kind != ir::ValueKind::kWeight || v.dtype != ir::DType::kF32) return id;
     if (int8 && !q8_ok_once(id)) return id;
@@ -92,7 +101,7 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
     } else {
       auto data = std::make_shared<std::vector<uint16_t>>(n);
       for (size_t i = 0; i < n; ++i) (*data)[i] = f32_to_bf16(src[i]);
-      nid = g.add_weight(v.name, ir::DType::kBF16, v.shape, data->data());
+      nid = g.add_weight(v.name, dot ? ir::DType::kBF16Dot : ir::DType::kBF16, v.shape, data->data());
       g.keep_alive.push_back(data);
     }
     converted.resize(g.values().size(), -1);
@@ -104,7 +113,7 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   for (ir::Node& n : g.mutable_nodes()) {
     if (n.op == ir::OpKind::kLinear) {
       ++stats_.matched;
-      n.inputs[1] = convert(n.inputs[1]);
+      n.inputs[1] = convert(n.inputs[1], dot_ok(n.inputs[1]));
     } else if (n.op == ir::OpKind::kMoe) {
       ++stats_.matched;
       // One precision per MoE (its shape rule wants the experts' matrices in
@@ -114,7 +123,9 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
         for (size_t i = 2; i < n.inputs.size(); ++i) all_blocks = all_blocks && q8_ok_once(n.inputs[i]);
         if (!all_blocks) continue;
       }
-      for (size_t i = 2; i < n.inputs.size(); ++i) n.inputs[i] = convert(n.inputs[i]);
+      bool dot = true;  // one dtype per MoE: kBF16Dot only if every matrix takes it
+      for (size_t i = 2; i < n.inputs.size(); ++i) dot = dot && dot_ok(n.inputs[i]);
+      for (size_t i = 2; i < n.inputs.size(); ++i) n.inputs[i] = convert(n.inputs[i], dot);
     }
   }
   if (stats_.applied == 0) return false;

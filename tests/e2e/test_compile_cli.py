@@ -140,14 +140,20 @@ def test_panel_layout_keeps_greedy_tokens(k3, checkpoints, tmp_path, precision):
     """--weight-layout panels stores the matrices as k-major panels of 16 rows
     (the pack-weights pass): the file grows only by the padding of the last
     panels, the compile report says the pass applied, and greedy decoding
-    gives the same tokens as the row layout (the sums differ in order only)."""
+    gives the same tokens as the row layout (the sums differ in order only).
+    With --precision bf16 the matrices are bf16dot (bf16-rounded activations),
+    which the panel kernels do not compute, so nothing is packed."""
     rows, panels, rep = tmp_path / "rows.k3m", tmp_path / "panels.k3m", tmp_path / "report.json"
     compile_model(k3, checkpoints["k3-small"], rows, "--precision", precision)
     compile_model(k3, checkpoints["k3-small"], panels, "--precision", precision, "--weight-layout", "panels",
                   "--report", rep)
     assert 1.0 <= panels.stat().st_size / rows.stat().st_size < 1.01
     packed = [p for p in json.loads(rep.read_text())["graphs"]["decode"]["passes"] if p["pass"] == "pack-weights"]
-    assert packed and packed[0]["applied"] > 0
+    assert packed
+    if precision == "fp32":
+        assert packed[0]["applied"] > 0
+    else:
+        assert packed[0]["applied"] == 0 and panels.stat().st_size == rows.stat().st_size
     a = k3.generate_ids(rows, [PROMPT], max_new_tokens=STEPS, temperature=0)
     b = k3.generate_ids(panels, [PROMPT], max_new_tokens=STEPS, temperature=0)
     assert a == b

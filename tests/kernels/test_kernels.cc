@@ -7,6 +7,7 @@
 // Tolerances (u = 2^-24 ~ 6e-8, float rounding):
 //   gemm_nt     |c - ref| <= 1e-5 * sqrt(K) * sum_k |a_k * w_k|   (order of summation differs)
 //   gemm_nt_bf16 bit-exact vs the same table's gemm_nt on the widened weights
+//   gemm_nt_bf16dot like gemm_nt vs the reference on bf16-rounded A; bit-exact across M and splits
 //   gemm_nt_q8  like gemm_nt vs the reference on the dequantized weights; bit-exact across M and splits
 //   gemm_nt_p16, _bf16p16  bit-exact vs the scalar table (one fma chain per element), across M and splits
 //   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
@@ -29,6 +30,7 @@
 
 #include "ir/dtype.h"
 #include "kernels/kernels.h"
+#include "util/half.h"
 #include "util/panel.h"
 #include "util/quant.h"
 
@@ -189,6 +191,97 @@ TEST_P(KernelTest, GemmBf16EqualsF32OnWidenedWeights) {
             ASSERT_NEAR(C[m * ldc + n], R[m * ldc + n], 1e-5f * std::sqrt(static_cast<float>(K)) * mag)
                 << "M=" << M << " K=" << K << " N=" << N;
           }
+      }
+    }
+  }
+}
+
+// ---- gemm_nt_bf16dot ------------------------------------------------------
+
+// A rounded to bf16 (nearest even, util/half.h): what gemm_nt_bf16dot multiplies.
+std::vector<float> round_bf16(const std::vector<float>& a) {
+  std::vector<float> r(a.size());
+  for (size_t i = 0; i < a.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(a[i]));
+  return r;
+}
+
+// Every table against the scalar reference, within the gemm tolerance
+// (products of two bf16 are exact; only the summation order differs), with
+// K across the 32-wide step and its tail, strided operands and a sentinel
+// past each output row.
+TEST_P(KernelTest, GemmBf16DotMatchesReference) {
+  std::mt19937 rng(11);
+  for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 13}) {
+    for (int64_t K : {1, 7, 31, 32, 33, 64, 100, 513}) {
+      for (int64_t N : {1, 3, 4, 5, 17}) {
+        const int64_t lda = K + (K % 2), ldw = K + (K % 3), ldc = N + 1;
+        const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
+        const auto W16 = random_bf16(static_cast<int64_t>(strided_size(N, K, ldw)), rng);
+        const auto W = widen(W16);
+        const auto Ar = round_bf16(A);
+        std::vector<float> C(strided_size(M, N, ldc), -7.0f), R(C);
+        t().gemm_nt_bf16dot(M, 0, N, K, A.data(), lda, W16.data(), ldw, C.data(), ldc);
+        ref().gemm_nt_bf16dot(M, 0, N, K, A.data(), lda, W16.data(), ldw, R.data(), ldc);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            float mag = 0.0f;
+            for (int64_t k = 0; k < K; ++k) mag += std::fabs(Ar[m * lda + k] * W[n * ldw + k]);
+            ASSERT_NEAR(C[m * ldc + n], R[m * ldc + n], 1e-5f * std::sqrt(static_cast<float>(K)) * mag)
+                << "M=" << M << " K=" << K << " N=" << N << " m=" << m << " n=" << n;
+          }
+          for (int64_t n = N; n < ldc && m * ldc + n < static_cast<int64_t>(C.size()); ++n)
+            ASSERT_EQ(C[m * ldc + n], -7.0f) << "wrote outside [0, N)";
+        }
+      }
+    }
+  }
+}
+
+// The rounding of A is real, in the full 32-wide steps and in the tail:
+// 1 + 2^-9 rounds to 1 in bf16 (8 significant bits) and 1 + 3 * 2^-9 to
+// 1 + 2^-7, so with W = 1 every table must give exactly K or K * (1 + 2^-7)
+// (the f32-activation kernel gives K * (1 + 2^-9) and K * (1 + 3 * 2^-9)).
+// A NaN activation makes its row NaN.
+TEST_P(KernelTest, GemmBf16DotRoundsActivations) {
+  for (int64_t K : {3, 32, 45, 64}) {
+    const std::vector<uint16_t> W(static_cast<size_t>(2 * K), f32_to_bf16(1.0f));
+    std::vector<float> A(static_cast<size_t>(3 * K), 1.0f + 0x1p-9f);
+    for (int64_t k = 0; k < K; ++k) A[static_cast<size_t>(K + k)] = 1.0f + 3 * 0x1p-9f;
+    A[static_cast<size_t>(2 * K + K - 1)] = std::nanf("");
+    std::vector<float> C(6, -7.0f);
+    t().gemm_nt_bf16dot(3, 0, 2, K, A.data(), K, W.data(), K, C.data(), 2);
+    for (int n = 0; n < 2; ++n) {
+      EXPECT_EQ(C[static_cast<size_t>(n)], static_cast<float>(K)) << "K=" << K;
+      EXPECT_EQ(C[static_cast<size_t>(2 + n)], static_cast<float>(K) * (1.0f + 0x1p-7f)) << "K=" << K;
+      EXPECT_TRUE(std::isnan(C[static_cast<size_t>(4 + n)])) << "K=" << K;
+    }
+  }
+}
+
+// Batched rows equal single-row calls bit for bit, and column splits equal
+// one whole call, including M large enough at K = 2000 that the rounded
+// activations take several chunks of the kernels' stack buffers.
+TEST_P(KernelTest, GemmBf16DotBitExactAcrossBatchAndSplits) {
+  std::mt19937 rng(12);
+  constexpr int64_t N = 37;
+  for (int64_t K : {7, 32, 100, 513, 2000}) {
+    const auto W = random_bf16(N * K, rng);
+    for (int64_t M : K == 2000 ? std::vector<int64_t>{70} : std::vector<int64_t>{7, 8, 9, 13}) {
+      const auto A = random_vec(M * K, rng);
+      std::vector<float> whole(static_cast<size_t>(M * N));
+      t().gemm_nt_bf16dot(M, 0, N, K, A.data(), K, W.data(), K, whole.data(), N);
+      std::vector<float> single(static_cast<size_t>(N));
+      for (int64_t m = 0; m < M; ++m) {
+        t().gemm_nt_bf16dot(1, 0, N, K, A.data() + m * K, K, W.data(), K, single.data(), N);
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(bits(single[n]), bits(whole[m * N + n])) << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
+      }
+      for (int64_t step : {1, 5, 11}) {
+        std::vector<float> split(static_cast<size_t>(M * N), 0.0f);
+        for (int64_t n0 = 0; n0 < N; n0 += step)
+          t().gemm_nt_bf16dot(M, n0, n0 + step < N ? n0 + step : N, K, A.data(), K, W.data(), K, split.data(), N);
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_EQ(bits(split[i]), bits(whole[i])) << "K=" << K << " M=" << M << " step=" << step;
       }
     }
   }

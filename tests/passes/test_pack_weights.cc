@@ -60,9 +60,13 @@ TEST(PackWeights, PacksLinearAndExpertMatrices) {
   EXPECT_FALSE(*again);
 }
 
-TEST(PackWeights, PacksBf16AfterWeightPrecision) {
-  ir::Graph g = small_graph();
-  ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
+// bf16 weights as a bf16 checkpoint holds them (kBF16: f32 activations).
+TEST(PackWeights, PacksBf16Matrices) {
+  std::vector<uint16_t> w16(20 * 20);
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = f32_to_bf16(weights()[7 + i]);
+  ir::Graph g;
+  const int x = g.add_input("x", DType::kF32, {2, 20}, RowDim::kTokens);
+  g.mark_output(node(g, OpKind::kLinear, "proj", {x, g.add_weight("proj.weight", DType::kBF16, {20, 20}, w16.data())}));
   auto changed = PackWeights().run(g);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
   EXPECT_TRUE(*changed);
@@ -72,8 +76,20 @@ TEST(PackWeights, PacksBf16AfterWeightPrecision) {
   ASSERT_EQ(v.bytes(), 32u * 20u * 2u);
   std::vector<uint16_t> rows(20 * 20);
   unpack_panels(static_cast<const uint16_t*>(v.data), 20, 20, rows.data());
-  for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], f32_to_bf16(weights()[7 + i])) << i;
-  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16P16) << i;
+  EXPECT_EQ(rows, w16);
+}
+
+// `--precision bf16` makes kBF16Dot matrices, whose kernel multiplies rows
+// of bf16 by bf16-rounded activations; the panel kernels widen against f32
+// activations, another computation, so those matrices keep their rows.
+TEST(PackWeights, MustNotPackBf16DotMatrices) {
+  ir::Graph g = small_graph();
+  ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
+  ASSERT_TRUE(PackWeights().run(g).ok());
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kBF16Dot);
+  EXPECT_EQ(input_of(g, "output", 1).dtype, DType::kBF16Dot);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16Dot) << i;
 }
 
 TEST(PackWeights, RowsIsANoOpAndOthersAreRefused) {

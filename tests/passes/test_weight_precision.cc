@@ -37,6 +37,8 @@ DType dtype_of_input(const ir::Graph& g, const std::string& node_name, size_t i)
   return input_of(g, node_name, i).dtype;
 }
 
+// bf16 matrices become kBF16Dot: bf16 weights whose products also round the
+// activations to bf16 (kernels.h, gemm_nt_bf16dot).
 TEST(WeightPrecision, ConvertsLinearAndExpertWeightsToBf16) {
   ir::Graph g = small_graph();
   WeightPrecision pass("bf16");
@@ -44,9 +46,9 @@ TEST(WeightPrecision, ConvertsLinearAndExpertWeightsToBf16) {
   ASSERT_TRUE(changed.ok()) << changed.status().message();
   EXPECT_TRUE(*changed);
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
-  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kBF16);
-  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16);
-  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16) << i;
+  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kBF16Dot);
+  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16Dot);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16Dot) << i;
   // Values are rounded to nearest even.
   const int id = g.find_value("proj.weight");
   ASSERT_GE(id, 0);
@@ -169,7 +171,7 @@ TEST(WeightPrecision, MustNotConvertTiedWeightForItsOtherReader) {
   ir::Graph g = small_graph();
   ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
   EXPECT_EQ(dtype_of_input(g, "embed", 0), DType::kF32);
-  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16);
+  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16Dot);
 }
 
 TEST(WeightPrecision, MustNotConvertActivationsOrNonF32Weights) {
@@ -207,6 +209,47 @@ TEST(WeightPrecision, Int8LeavesABf16MoeAloneWithoutReadingItAsF32) {
   ASSERT_TRUE(changed.ok()) << changed.status().message();
   EXPECT_FALSE(*changed);
   for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16) << i;
+}
+
+// Rows longer than the bf16 dot-product kernels take (their rounded
+// activations live on the stack) stay f32-activation bf16 (kBF16), and so
+// does a MoE one of whose expert matrices is that long (one dtype per MoE);
+// a row at the limit becomes kBF16Dot. The shape rule refuses a longer
+// kBF16Dot row (a crafted .k3m) with a message.
+TEST(WeightPrecision, Bf16DotOnlyForRowsTheKernelsTake) {
+  constexpr int64_t kMax = ir::kBF16DotMaxCols;
+  std::vector<float> w(static_cast<size_t>(kMax + 1), 0.5f);
+  ir::Graph g;
+  const int x = g.add_input("x", DType::kF32, {1, 1}, RowDim::kTokens);
+  const int wide =
+      node(g, OpKind::kLinear, "wide", {x, g.add_weight("wide.weight", DType::kF32, {kMax + 1, 1}, w.data())});
+  const int at =
+      node(g, OpKind::kLinear, "at", {wide, g.add_weight("at.weight", DType::kF32, {1, kMax + 1}, w.data())});
+  const int lim = node(g, OpKind::kLinear, "lim", {at, g.add_weight("lim.weight", DType::kF32, {kMax, 1}, w.data())});
+  const int h = node(g, OpKind::kLinear, "back", {lim, g.add_weight("back.weight", DType::kF32, {2, kMax}, w.data())});
+  // MoE over d = 2 with d_ff = kMax + 1: the down matrices' rows are too long.
+  std::vector<int> moe_in{h, g.add_weight("gate", DType::kF32, {2, 2}, w.data())};
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {kMax + 1, 2}, w.data()));
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {2, kMax + 1}, w.data()));
+  }
+  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+  auto changed = WeightPrecision("bf16").run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(dtype_of_input(g, "wide", 1), DType::kBF16Dot);  // K = 1
+  EXPECT_EQ(dtype_of_input(g, "at", 1), DType::kBF16);       // K = kMax + 1
+  EXPECT_EQ(dtype_of_input(g, "lim", 1), DType::kBF16Dot);   // K = 1
+  EXPECT_EQ(dtype_of_input(g, "back", 1), DType::kBF16Dot);  // K = kMax
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16) << i;
+
+  ir::Graph bad;
+  std::vector<uint16_t> h16(static_cast<size_t>(kMax + 1));
+  const int bx = bad.add_input("x", DType::kF32, {1, kMax + 1}, RowDim::kTokens);
+  auto r = bad.add_node(OpKind::kLinear, "long",
+                        {bx, bad.add_weight("long.weight", DType::kBF16Dot, {1, kMax + 1}, h16.data())}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("at most 32768"), std::string::npos) << r.status().message();
 }
 
 // A q8 matrix whose rows are longer than the int8 kernels take (a crafted

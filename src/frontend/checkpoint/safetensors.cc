@@ -39,6 +39,7 @@ const char* dtype_tag(ir::DType t) {
     case ir::DType::kQ8:  // compiler weight formats, never in a safetensors file
     case ir::DType::kF32P16:
     case ir::DType::kBF16P16:
+    case ir::DType::kBF16Dot:
       return "?";
   }
   return "?";

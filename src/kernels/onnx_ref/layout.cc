@@ -114,6 +114,7 @@ void write_elem(Tensor& t, int64_t i, bool src_float, double f, int64_t n) {
     case DType::kQ8:  // compiler weight formats, never an ONNX tensor
     case DType::kF32P16:
     case DType::kBF16P16:
+    case DType::kBF16Dot:
       break;
   }
 }

@@ -13,6 +13,8 @@
 namespace k3::kernels {
 
 static_assert(kQ8MaxK == ir::kQ8MaxCols, "the shape rules and the int8 kernels must agree on the longest q8 row");
+static_assert(kBf16DotMaxK == ir::kBF16DotMaxCols,
+              "the shape rules and the bf16 dot-product kernels must agree on the longest bf16dot row");
 
 namespace {
 
@@ -38,6 +40,19 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
     for (int64_t n = n0; n < n1; ++n) {
       float acc = 0.0f;
       for (int64_t k = 0; k < K; ++k) acc += A[m * lda + k] * bf16_to_f32(W[n * ldw + k]);
+      C[m * ldc + n] = acc;
+    }
+  }
+}
+
+// gemm_nt_bf16 with each activation rounded to bf16 first (the products are
+// exact), then the same sequential sum.
+void gemm_nt_bf16dot(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                     int64_t ldw, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += bf16_to_f32(f32_to_bf16(A[m * lda + k])) * bf16_to_f32(W[n * ldw + k]);
       C[m * ldc + n] = acc;
     }
   }
@@ -177,6 +192,7 @@ constexpr KernelTable kTable = {
     .isa = Isa::kScalar,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
+    .gemm_nt_bf16dot = gemm_nt_bf16dot,
     .gemm_nt_q8 = gemm_nt_q8,
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,

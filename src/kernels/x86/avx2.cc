@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
 #include "kernels/x86/q8_drive.h"
 #include "kernels/x86/tables.h"
@@ -227,6 +228,11 @@ void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64
 void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                   int64_t ldw, float* C, int64_t ldc) {
   gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
+}
+
+void gemm_nt_bf16dot(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                     int64_t ldw, float* C, int64_t ldc) {
+  gemm_bf16dot_rounded(M, n0, n1, K, A, lda, W, ldw, C, ldc, gemm_nt_bf16);
 }
 
 // ---- gemm_nt_q8 ------------------------------------------------------------
@@ -814,6 +820,7 @@ constexpr KernelTable kTable = {
     .isa = Isa::kAvx2,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
+    .gemm_nt_bf16dot = gemm_nt_bf16dot,
     .gemm_nt_q8 = gemm_nt_q8_avx2,
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,

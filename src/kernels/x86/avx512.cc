@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/x86/avx512_util.h"
+#include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
 #include "kernels/x86/tables.h"
 
@@ -202,6 +203,11 @@ void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64
 void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                   int64_t ldw, float* C, int64_t ldc) {
   gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
+}
+
+void gemm_nt_bf16dot(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                     int64_t ldw, float* C, int64_t ldc) {
+  gemm_bf16dot_rounded(M, n0, n1, K, A, lda, W, ldw, C, ldc, gemm_nt_bf16);
 }
 
 // ---- gemm_nt over panels (gemm_nt_p16 / gemm_nt_bf16p16) -------------------
@@ -610,7 +616,8 @@ constexpr KernelTable kTable = {
     .isa = Isa::kAvx512,
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
-    .gemm_nt_q8 = gemm_nt_q8_avx2,  // kTableVnni below replaces it
+    .gemm_nt_bf16dot = gemm_nt_bf16dot,  // with_features below replaces it
+    .gemm_nt_q8 = gemm_nt_q8_avx2,       // kTableVnni below replaces it
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,
@@ -622,18 +629,24 @@ constexpr KernelTable kTable = {
     .attend = attend,
 };
 
-// The same table with the VNNI int8 GEMM (x86/avx512_vnni.cc), for CPUs
-// that have avx512vnni; without it (Skylake-SP) int8 runs the AVX2 kernel.
-constexpr KernelTable with_vnni(KernelTable t) {
-  t.gemm_nt_q8 = gemm_nt_q8_avx512vnni;
+// The table with the VNNI int8 GEMM (x86/avx512_vnni.cc) for CPUs that
+// have avx512vnni (without it, as on Skylake-SP, int8 runs the AVX2 kernel),
+// and with the bf16 dot-product GEMM (x86/avx512_bf16.cc) for CPUs that have
+// avx512bf16 (without it, gemm_nt_bf16dot rounds A and widens W).
+constexpr KernelTable with_features(KernelTable t, bool vnni, bool bf16) {
+  if (vnni) t.gemm_nt_q8 = gemm_nt_q8_avx512vnni;
+  if (bf16) t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16;
   return t;
 }
-constexpr KernelTable kTableVnni = with_vnni(kTable);
+constexpr KernelTable kTables[2][2] = {
+    {kTable, with_features(kTable, false, true)},
+    {with_features(kTable, true, false), with_features(kTable, true, true)},
+};
 
 }  // namespace
 
-const KernelTable& avx512_table(bool vnni) {
-  return vnni ? kTableVnni : kTable;
+const KernelTable& avx512_table(bool vnni, bool bf16) {
+  return kTables[vnni ? 1 : 0][bf16 ? 1 : 0];
 }
 
 }  // namespace k3::kernels

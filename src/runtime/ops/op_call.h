@@ -36,7 +36,8 @@ struct OpCall {
 using OpFn = void (*)(const OpCall&);
 
 // C[M, n0..n1) = A[M, K] . W[row0 + n0 .. row0 + n1, K]^T for a weight
-// argument stored as f32 or bf16 ([N, K], dense rows), int8 blocks
+// argument stored as f32 or bf16 ([N, K], dense rows; kBF16Dot rounds A to
+// bf16 too), int8 blocks
 // (ir::DType::kQ8) or f32 / bf16 panels (ir::DType::kF32P16 / kBF16P16,
 // util/panel.h): the kernel sees the rows from row0 on as a matrix of their
 // own (a Linear's split output; row0 is a multiple of 16, so panels start
@@ -48,6 +49,9 @@ inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
   switch (w.value->dtype) {
     case ir::DType::kBF16:
       kt->gemm_nt_bf16(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), K, C, ldc);
+      break;
+    case ir::DType::kBF16Dot:
+      kt->gemm_nt_bf16dot(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), K, C, ldc);
       break;
     case ir::DType::kQ8:
       kt->gemm_nt_q8(M, n0, n1, K, A, lda, base + r * ir::q8_row_bytes(k), C, ldc);

@@ -96,7 +96,7 @@ WeightF32 weight_f32(const TensorArg& w) {
     out.data = out.owned.data();
     return out;
   }
-  if (w.value->dtype != ir::DType::kBF16) return {{}, w.f32()};
+  if (w.value->dtype != ir::DType::kBF16 && w.value->dtype != ir::DType::kBF16Dot) return {{}, w.f32()};
   WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
   const auto* h = static_cast<const uint16_t*>(w.data);
   for (int64_t i = 0; i < n; ++i) out.owned[static_cast<size_t>(i)] = bf16_to_f32(h[i]);
@@ -106,10 +106,16 @@ WeightF32 weight_f32(const TensorArg& w) {
 
 // linear_rows against a weight argument, as the fast kernels compute it: for
 // int8 weights the activations are rounded to int8 per block of 32 first
-// (util/quant.h, quantize_a8_row; kernels.h, gemm_nt_q8: W8A8), so only the
-// summation order differs from the kernels.
+// (util/quant.h, quantize_a8_row; kernels.h, gemm_nt_q8: W8A8), for bf16dot
+// weights to bf16 (kernels.h, gemm_nt_bf16dot), so only the summation order
+// differs from the kernels.
 void linear_weight(const float* x, int64_t rows, int64_t k_dim, const TensorArg& w, int64_t n_dim, float* y) {
   const WeightF32 wf = weight_f32(w);
+  if (w.value->dtype == ir::DType::kBF16Dot) {
+    std::vector<float> xr(static_cast<size_t>(rows * k_dim));
+    for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    return linear_rows(xr.data(), rows, k_dim, wf.data, n_dim, y);
+  }
   if (w.value->dtype != ir::DType::kQ8) return linear_rows(x, rows, k_dim, wf.data, n_dim, y);
   std::vector<float> xq(static_cast<size_t>(rows * k_dim));
   std::vector<int8_t> q(static_cast<size_t>(k_dim));

@@ -1,0 +1,162 @@
+// The AVX-512 BF16 matrix product (gemm_nt_bf16dot of the AVX-512 table on
+// CPUs with avx512bf16): its own translation unit because it is compiled
+// with -mavx512bf16, which the rest of the AVX-512 table must not assume
+// (Skylake-SP and Ice Lake have AVX-512 without it). Same rules as avx512.cc:
+// internal linkage, no inline library functions.
+//
+// W rows are bf16 as stored ([N, K], row stride ldw); the activations are
+// rounded to bf16 (vcvtne2ps2bf16, nearest even) once per call into a stack
+// buffer, row stride K rounded up to 32 and zero-padded. One k step of a
+// tile then covers 32 k:
+//   acc[i][j] = dpbf16(acc[i][j], a_i[k..k+32), w_j[k..k+32))   (16 f32 lanes,
+//               lane l += a[2l] w[2l] + a[2l+1] w[2l+1])
+// and C = hsum(acc) (avx512_util.h). That is one instruction per 64 bytes
+// of W where the widening kernel (avx512.cc, gemm_nt_bf16) spends two
+// widenings and two FMAs, so prefill runs on the dot-product units, which on
+// Zen 4/5 do twice the fp32 FMA rate. The sequence per element does not
+// depend on M, the tile or the column split (the gemm_nt contract).
+#include <cstdint>
+
+#include "kernels/x86/avx512_util.h"
+#include "kernels/x86/tables.h"
+
+namespace k3::kernels {
+namespace {
+
+constexpr int64_t kStep = 32;  // bf16 per zmm: k consumed per dot-product step
+constexpr int64_t kMr = 4;     // rows of A per tile
+constexpr int64_t kNr = 4;     // rows of W per tile (16 acc + 4 W + 1 A = 21 zmm)
+// Decode reads W rows far apart (avx512.cc, kFarMaxM): kFarNr streams per thread.
+constexpr int64_t kFarMaxM = 8;
+constexpr int64_t kFarNr = 4;
+// Prepared activations: 128 KiB of bf16 on the stack, so a chunk holds
+// 64 rows at K = 1024 (a prefill MoE's expert batch in one chunk) and at
+// least two at kBf16DotMaxK.
+constexpr int64_t kBufElems = 65536;
+static_assert(kBufElems >= 2 * kBf16DotMaxK);
+
+// One line of each W row is prefetched per 64 bytes of K consumed, into L1:
+// the int8 tiles (avx512_vnni.cc) showed L1 hints streaming best on Zen 5.
+constexpr auto kHint = _MM_HINT_T0;
+
+inline __m512bh as_bh(__m512i v) {
+  return reinterpret_cast<__m512bh&>(v);
+}
+
+// Lanes [0, n) of 32 16-bit lanes, 0 <= n <= 32.
+inline __mmask32 tail_mask32(int64_t n) {
+  return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1u);
+}
+
+// rows rows of A (stride lda floats) -> bf16, row stride kp (a multiple of
+// 32 >= K), zero beyond K.
+void prepare_rows(const float* A, int64_t lda, int64_t rows, int64_t K, int64_t kp, uint16_t* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* a = A + i * lda;
+    uint16_t* o = out + i * kp;
+    for (int64_t k = 0; k < kp; k += kStep) {
+      // k < K here (kp - 32 < K), so the low half has 1..16 lanes, the high 0..16.
+      const int64_t hi_n = K - k - 16;
+      const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(min64(16, K - k)), a + k);
+      const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(hi_n < 0 ? 0 : min64(16, hi_n)), a + k + 16);
+      // cvtne2ps_pbh(hi, lo): lo converts into the low 16 lanes.
+      const __m512bh h = _mm512_cvtne2ps_pbh(hi, lo);
+      _mm512_store_si512(reinterpret_cast<__m512i*>(o + k), reinterpret_cast<const __m512i&>(h));
+    }
+  }
+}
+
+// C[0..MR, 0..NR) (outputs cs apart) from MR prepared rows (stride lda) and
+// NR bf16 W rows (stride ldw); prefetch, if set, is the next tile's first row.
+template <int MR, int NR>
+void dot_tile(int64_t K, const uint16_t* A, int64_t lda, const uint16_t* W, int64_t ldw, float* C, int64_t ldc,
+              int64_t cs, const uint16_t* prefetch) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + kStep <= K; k += kStep) {
+    if (prefetch != nullptr) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), kHint);
+    }
+    __m512i w[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) w[j] = _mm512_loadu_si512(W + j * ldw + k);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh a = as_bh(_mm512_load_si512(A + i * lda + k));
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a, as_bh(w[j]));
+    }
+  }
+  if (k < K) {  // the prepared rows are zero beyond K; W must not be read there
+    const __mmask32 m = tail_mask32(K - k);
+    __m512i w[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) w[j] = _mm512_maskz_loadu_epi16(m, W + j * ldw + k);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh a = as_bh(_mm512_load_si512(A + i * lda + k));
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a, as_bh(w[j]));
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) store_hsums(acc[i], C + i * ldc, cs);
+}
+
+using DotTileFn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t, int64_t,
+                           const uint16_t*);
+constexpr DotTileFn kTiles[kMr][kNr] = {
+    {dot_tile<1, 1>, dot_tile<1, 2>, dot_tile<1, 3>, dot_tile<1, 4>},
+    {dot_tile<2, 1>, dot_tile<2, 2>, dot_tile<2, 3>, dot_tile<2, 4>},
+    {dot_tile<3, 1>, dot_tile<3, 2>, dot_tile<3, 3>, dot_tile<3, 4>},
+    {dot_tile<4, 1>, dot_tile<4, 2>, dot_tile<4, 3>, dot_tile<4, 4>},
+};
+
+}  // namespace
+
+// C[M, n0..n1) = bf16(A)[M, K] . W[n0..n1, K]^T: per chunk of rows, prepare
+// them, then stream W once for the chunk (once per call at decode). Chunks
+// of at most kFarMaxM rows read W through kFarNr far streams first (as
+// avx512.cc's gemm_nt_t), the rest with adjacent tiles.
+void gemm_nt_bf16dot_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+                                const uint16_t* W, int64_t ldw, float* C, int64_t ldc) {
+  alignas(64) uint16_t buf[kBufElems];
+  const int64_t kp = (K + kStep - 1) / kStep * kStep;
+  const int64_t chunk = kp == 0 ? M : kBufElems / kp;
+  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+    const int64_t rows = min64(chunk, M - m0);
+    prepare_rows(A + m0 * lda, lda, rows, K, kp, buf);
+    float* c = C + m0 * ldc;
+    int64_t n_adj = n0;
+    if (rows <= kFarMaxM) {
+      const int64_t q = (n1 - n0) / kFarNr;
+      for (int64_t i = 0; i < q; ++i) {
+        const uint16_t* w = W + (n0 + i) * ldw;
+        const uint16_t* next = i + 1 < q ? w + ldw : nullptr;  // the next row of every stream
+        for (int64_t m = 0; m < rows; m += kMr) {
+          const int64_t mr = min64(kMr, rows - m);
+          kTiles[mr - 1][kFarNr - 1](K, buf + m * kp, kp, w, q * ldw, c + m * ldc + n0 + i, ldc, q,
+                                     m == 0 ? next : nullptr);
+        }
+      }
+      n_adj = n0 + q * kFarNr;
+    }
+    for (int64_t n = n_adj; n < n1; n += kNr) {
+      const int64_t nr = min64(kNr, n1 - n);
+      const uint16_t* w = W + n * ldw;
+      // Prefetch the next tile only when it is a full one (all its rows exist).
+      const uint16_t* next = n + 2 * kNr <= n1 ? w + kNr * ldw : nullptr;
+      for (int64_t m = 0; m < rows; m += kMr) {
+        const int64_t mr = min64(kMr, rows - m);
+        kTiles[mr - 1][nr - 1](K, buf + m * kp, kp, w, ldw, c + m * ldc + n, ldc, 1, m == 0 ? next : nullptr);
+      }
+    }
+  }
+}
+
+}  // namespace k3::kernels
