@@ -71,6 +71,7 @@ const char* npy_descr(ir::DType t) {
     case ir::DType::kQ8:  // compiler weight formats, never a run output
     case ir::DType::kF32P16:
     case ir::DType::kBF16P16:
+    case ir::DType::kBF16Dot:
       return nullptr;
   }
   return nullptr;
