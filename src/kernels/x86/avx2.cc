@@ -14,6 +14,7 @@
 #include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
 #include "kernels/x86/q8_drive.h"
+#include "kernels/x86/row_drive.h"
 #include "kernels/x86/tables.h"
 
 namespace k3::kernels {
@@ -180,44 +181,22 @@ constexpr GemmTileFn<WT> kGemmTiles[kGemmMr][kGemmNr] = {
 // --benchmark_min_time=0.2, one thread, two rounds): f32 5.8/6.6 -> 9.8/10.2
 // GB/s, bf16 5.4/4.8 -> 11.4/13.8, int8 4.5/4.9 -> 8.8/11.2. The grouping
 // changes nothing in any element's arithmetic (the gemm_nt contract), so
-// results are bit-identical. One-row A tiles can hold 4 streams (4 acc +
-// 4 W + A); larger ones keep kGemmNr.
+// results are bit-identical.
+// One-row and two-row A tiles can hold 4 streams (4 or 8 acc + 4 W + A);
+// larger ones keep kGemmNr.
 constexpr int64_t kFarMaxM = 8;
-constexpr int64_t kFarNr1 = 4;  // far streams when mr <= 2
+constexpr RowTiling kRowTiling = {
+    .max_mr = kGemmMr, .adj_nr = kGemmNr, .far_max_m = kFarMaxM, .far_nr_m2 = 4, .far_nr = kGemmNr};
 template <class WT>
 constexpr GemmTileFn<WT> kFarTiles4[2] = {gemm_tile<WT, 1, 4>, gemm_tile<WT, 2, 4>};
 
-// C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T. The M loop sits inside the N loop
-// so each tile of W is read from memory once and reused from L1 by every
-// row-tile of A: for decode (M <= 8) W is streamed exactly once.
+// C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T (row_drive.h walks the tiles).
 template <class WT>
 void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
                float* C, int64_t ldc) {
-  if (M <= kFarMaxM) {
-    // Far tiles over the first q * nr rows (see kFarMaxM); the rest below.
-    const int64_t nr = M <= 2 ? kFarNr1 : kGemmNr;
-    const int64_t q = (n1 - n0) / nr;
-    for (int64_t i = 0; i < q; ++i) {
-      const WT* w = W + (n0 + i) * ldw;
-      const WT* next = i + 1 < q ? w + ldw : nullptr;  // the next row of every stream
-      for (int64_t m = 0; m < M; m += kGemmMr) {
-        const int64_t mr = min64(kGemmMr, M - m);
-        GemmTileFn<WT> tile = nr == kFarNr1 ? kFarTiles4<WT>[mr - 1] : kGemmTiles<WT>[mr - 1][nr - 1];
-        tile(K, A + m * lda, lda, w, q * ldw, C + m * ldc + n0 + i, ldc, q, m == 0 ? next : nullptr);
-      }
-    }
-    n0 += q * nr;
-  }
-  for (int64_t n = n0; n < n1; n += kGemmNr) {
-    const int64_t nr = min64(kGemmNr, n1 - n);
-    const WT* w = W + n * ldw;
-    // Prefetch the next tile only when it is a full one (all its rows exist).
-    const WT* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
-    for (int64_t m = 0; m < M; m += kGemmMr) {
-      const int64_t mr = min64(kGemmMr, M - m);
-      kGemmTiles<WT>[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc, 1, m == 0 ? next : nullptr);
-    }
-  }
+  drive_row_tiles(kRowTiling, M, n0, n1, K, A, lda, W, ldw, C, ldc, [](int64_t mr, int64_t nr) {
+    return nr == 4 ? kFarTiles4<WT>[mr - 1] : kGemmTiles<WT>[mr - 1][nr - 1];
+  });
 }
 
 void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw,

@@ -14,6 +14,7 @@
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
+#include "kernels/x86/row_drive.h"
 #include "kernels/x86/tables.h"
 
 namespace k3::kernels {
@@ -149,50 +150,23 @@ constexpr GemmTileFn<WT> kGemmTiles[kGemmMr][kGemmNr] = {
     {gemm_tile<WT, 4, 1>, gemm_tile<WT, 4, 2>, gemm_tile<WT, 4, 3>, gemm_tile<WT, 4, 4>},
 };
 
-// Decode (M <= kFarMaxM) reads W rows that lie far apart, as the AVX2 table
-// does (avx2.cc, kFarMaxM, has the measurements): a tile's kFarNr rows are
-// n0 + i, n0 + i + q, ... (q = (n1 - n0) / kFarNr), so each thread keeps
-// kFarNr sequential streams open. Before this the table ran 1 x 8 adjacent
-// rows at M = 1 with partly unrolled loops, and decoded k3-base bf16 1.28x
-// slower than the AVX2 table on a Zen 4 host (k3 bench, 17.4 vs 13.6 ms).
-// Tiles of 3 x 8, 4 x 6 and 6 x 4 (streams x rows of A) were measured too
-// (bench_kernels avx512/gemm_nt*_stream, k3 bench -b 1,4,8): 3 x 8 lost a
-// third at M = 8, the others were within this host's noise of 4 x 4.
+// Decode (M <= 8) reads W rows that lie far apart, as the AVX2 table does
+// (row_drive.h; avx2.cc, kFarMaxM, has the measurements): 4 sequential
+// streams per thread. Before this the table ran 1 x 8 adjacent rows at M = 1
+// with partly unrolled loops, and decoded k3-base bf16 1.28x slower than the
+// AVX2 table on a Zen 4 host (k3 bench, 17.4 vs 13.6 ms). Tiles of 3 x 8,
+// 4 x 6 and 6 x 4 (streams x rows of A) were measured too (bench_kernels
+// avx512/gemm_nt*_stream, k3 bench -b 1,4,8): 3 x 8 lost a third at M = 8,
+// the others were within this host's noise of 4 x 4.
 constexpr int64_t kFarMaxM = 8;
-constexpr int64_t kFarNr = 4;
-template <class WT>
-constexpr GemmTileFn<WT> kFarTiles[kGemmMr] = {gemm_tile<WT, 1, kFarNr>, gemm_tile<WT, 2, kFarNr>,
-                                               gemm_tile<WT, 3, kFarNr>, gemm_tile<WT, 4, kFarNr>};
+constexpr RowTiling kRowTiling = {
+    .max_mr = kGemmMr, .adj_nr = kGemmNr, .far_max_m = kFarMaxM, .far_nr_m2 = 4, .far_nr = 4};
 
-// C[M, n0..n1) = A[M, K] . W[n0..n1, K]^T. The M loop sits inside the N loop
-// so each tile of W is read from memory once and reused from L1 by every
-// row-tile of A: for decode (M <= 8) W is streamed exactly once.
 template <class WT>
 void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
                float* C, int64_t ldc) {
-  if (M <= kFarMaxM) {
-    // Far tiles over the first q * kFarNr rows (see kFarMaxM); the rest below.
-    const int64_t q = (n1 - n0) / kFarNr;
-    for (int64_t i = 0; i < q; ++i) {
-      const WT* w = W + (n0 + i) * ldw;
-      const WT* next = i + 1 < q ? w + ldw : nullptr;  // the next row of every stream
-      for (int64_t m = 0; m < M; m += kGemmMr) {
-        const int64_t mr = min64(kGemmMr, M - m);
-        kFarTiles<WT>[mr - 1](K, A + m * lda, lda, w, q * ldw, C + m * ldc + n0 + i, ldc, q, m == 0 ? next : nullptr);
-      }
-    }
-    n0 += q * kFarNr;
-  }
-  for (int64_t n = n0; n < n1; n += kGemmNr) {
-    const int64_t nr = min64(kGemmNr, n1 - n);
-    const WT* w = W + n * ldw;
-    // Prefetch the next tile only when it is a full one (all its rows exist).
-    const WT* next = n + 2 * kGemmNr <= n1 ? w + kGemmNr * ldw : nullptr;
-    for (int64_t m = 0; m < M; m += kGemmMr) {
-      const int64_t mr = min64(kGemmMr, M - m);
-      kGemmTiles<WT>[mr - 1][nr - 1](K, A + m * lda, lda, w, ldw, C + m * ldc + n, ldc, 1, m == 0 ? next : nullptr);
-    }
-  }
+  drive_row_tiles(kRowTiling, M, n0, n1, K, A, lda, W, ldw, C, ldc,
+                  [](int64_t mr, int64_t nr) { return kGemmTiles<WT>[mr - 1][nr - 1]; });
 }
 
 void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw,

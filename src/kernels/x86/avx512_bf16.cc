@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/x86/avx512_util.h"
+#include "kernels/x86/row_drive.h"
 #include "kernels/x86/tables.h"
 
 namespace k3::kernels {
@@ -26,9 +27,8 @@ namespace {
 constexpr int64_t kStep = 32;  // bf16 per zmm: k consumed per dot-product step
 constexpr int64_t kMr = 4;     // rows of A per tile
 constexpr int64_t kNr = 4;     // rows of W per tile (16 acc + 4 W + 1 A = 21 zmm)
-// Decode reads W rows far apart (avx512.cc, kFarMaxM): kFarNr streams per thread.
-constexpr int64_t kFarMaxM = 8;
-constexpr int64_t kFarNr = 4;
+// The tile walk of avx512.cc's gemm_nt: 4 far streams per thread at decode.
+constexpr RowTiling kRowTiling = {.max_mr = kMr, .adj_nr = kNr, .far_max_m = 8, .far_nr_m2 = 4, .far_nr = 4};
 // Prepared activations: 128 KiB of bf16 on the stack, so a chunk holds
 // 64 rows at K = 1024 (a prefill MoE's expert batch in one chunk) and at
 // least two at kBf16DotMaxK.
@@ -120,9 +120,8 @@ constexpr DotTileFn kTiles[kMr][kNr] = {
 }  // namespace
 
 // C[M, n0..n1) = bf16(A)[M, K] . W[n0..n1, K]^T: per chunk of rows, prepare
-// them, then stream W once for the chunk (once per call at decode). Chunks
-// of at most kFarMaxM rows read W through kFarNr far streams first (as
-// avx512.cc's gemm_nt_t), the rest with adjacent tiles.
+// them, then walk the tiles as avx512.cc's gemm_nt does (row_drive.h), so W
+// is streamed once per chunk (once per call at decode).
 void gemm_nt_bf16dot_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
                                 const uint16_t* W, int64_t ldw, float* C, int64_t ldc) {
   alignas(64) uint16_t buf[kBufElems];
@@ -131,31 +130,8 @@ void gemm_nt_bf16dot_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, co
   for (int64_t m0 = 0; m0 < M; m0 += chunk) {
     const int64_t rows = min64(chunk, M - m0);
     prepare_rows(A + m0 * lda, lda, rows, K, kp, buf);
-    float* c = C + m0 * ldc;
-    int64_t n_adj = n0;
-    if (rows <= kFarMaxM) {
-      const int64_t q = (n1 - n0) / kFarNr;
-      for (int64_t i = 0; i < q; ++i) {
-        const uint16_t* w = W + (n0 + i) * ldw;
-        const uint16_t* next = i + 1 < q ? w + ldw : nullptr;  // the next row of every stream
-        for (int64_t m = 0; m < rows; m += kMr) {
-          const int64_t mr = min64(kMr, rows - m);
-          kTiles[mr - 1][kFarNr - 1](K, buf + m * kp, kp, w, q * ldw, c + m * ldc + n0 + i, ldc, q,
-                                     m == 0 ? next : nullptr);
-        }
-      }
-      n_adj = n0 + q * kFarNr;
-    }
-    for (int64_t n = n_adj; n < n1; n += kNr) {
-      const int64_t nr = min64(kNr, n1 - n);
-      const uint16_t* w = W + n * ldw;
-      // Prefetch the next tile only when it is a full one (all its rows exist).
-      const uint16_t* next = n + 2 * kNr <= n1 ? w + kNr * ldw : nullptr;
-      for (int64_t m = 0; m < rows; m += kMr) {
-        const int64_t mr = min64(kMr, rows - m);
-        kTiles[mr - 1][nr - 1](K, buf + m * kp, kp, w, ldw, c + m * ldc + n, ldc, 1, m == 0 ? next : nullptr);
-      }
-    }
+    drive_row_tiles(kRowTiling, rows, n0, n1, K, static_cast<const uint16_t*>(buf), kp, W, ldw, C + m0 * ldc, ldc,
+                    [](int64_t mr, int64_t nr) { return kTiles[mr - 1][nr - 1]; });
   }
 }
 
