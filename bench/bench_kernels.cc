@@ -127,13 +127,17 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// One query head over a [len, hd] K/V cache.
-void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd) {
-  const auto q = random_vec(hd), k = random_vec(len * hd), v = random_vec(len * hd);
+// One query head over a [len, hd] K/V cache; copies > 1 rotates through
+// that many caches, so each call reads its cache from memory, as a decode
+// step at batch 8 does (its caches exceed the last-level cache).
+void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd, int64_t copies) {
+  const auto q = random_vec(hd), k = random_vec(copies * len * hd), v = random_vec(copies * len * hd);
   std::vector<float> out(static_cast<size_t>(hd));
   const float scale = 0.125f;
+  int64_t i = 0;
   for (auto _ : state) {
-    t->attend(q.data(), k.data(), v.data(), len, hd, hd, scale, out.data());
+    const int64_t off = (i++ % copies) * len * hd;
+    t->attend(q.data(), k.data() + off, v.data() + off, len, hd, hd, scale, out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -191,7 +195,9 @@ int main(int argc, char** argv) {
     }
     for (int64_t len : {128, 1024}) {
       benchmark::RegisterBenchmark((prefix + "/attend/len" + std::to_string(len) + "_hd64").c_str(), bm_attend, t, len,
-                                   int64_t{64});
+                                   int64_t{64}, int64_t{1});
+      benchmark::RegisterBenchmark((prefix + "/attend_stream/len" + std::to_string(len) + "_hd64").c_str(), bm_attend,
+                                   t, len, int64_t{64}, kStreamBytes / (2 * len * 64 * 4) + 1);
     }
   }
   benchmark::Initialize(&argc, argv);
