@@ -86,7 +86,7 @@ void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
 
 // MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
 // streams): MR x NR int accumulators + NR W + A + the 0x80 constant in
-// zmm (30 at 6 x 4, 18 at 1 x 8); the f32 sums stay on the stack.
+// zmm (22 at 4 x 4, 18 at 1 x 8); the f32 sums stay on the stack.
 template <int MR, int NR>
 void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
              int64_t ldc, int64_t cs, const uint8_t* prefetch) {
@@ -172,9 +172,15 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
   }
 }
 
-// 6 x 4 prefill tiles: at M = 32 with W streamed one thread ran 132-195
-// GOP/s; 4 x 3 ran 97-150, and 8 x 3 (short of registers) lost a third.
-constexpr int kQ8Mr = 6;
+// 4 x 4 prefill tiles (16 accumulators, 4 W, A and the 0x80 constant in
+// zmm). 6 x 4 needs 30 of the 32 zmm, and GCC 12 spilled two accumulators
+// and the W row pointers in every k step of it: on a Zen 5 core
+// (bench_kernels avx512/gemm_nt_q8_(hot|stream)/M(32|128), one thread, 3
+// rounds in turn) 4 x 4 ran M32 N1536 K512 streamed at 225-337 GOP/s
+// against 202-277 for 6 x 4 (5 x 4: 220-304), and M128 N512 K1536 hot at
+// 360-459 against 287-362. (On the Zen 4 host, at M = 32 with W streamed,
+// 6 x 4 had run 132-195 GOP/s and 4 x 3 97-150.)
+constexpr int kQ8Mr = 4;
 constexpr int kQ8Nr = 4;
 constexpr int kQ8FarNr1 = 8;  // far streams of a one-row (decode) tile
 // kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1] = q8_tile<mr, nr>.
