@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <string>
 
+#include "compiled/compiled_model.h"
 #include "runtime/generator.h"
 #include "test_models.h"
 
@@ -33,6 +35,32 @@ void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 namespace k3::runtime {
 namespace {
 
+// Prefill of 5 tokens into slot 0, then 20 batch-2 decode steps with
+// greedy and top-p sampling: none of the decode steps or samples allocates.
+void expect_decode_allocates_nothing(Engine& e, const std::string& what) {
+  const std::vector<int32_t> prompt{1, 2, 3, 4, 5};
+  std::vector<int32_t> pos{0, 1, 2, 3, 4}, slot(5, 0);
+  int32_t row = 4;
+  ASSERT_TRUE(e.step({prompt.data(), pos.data(), slot.data(), 5, &row, 1}).ok());
+  Sampler sampler(e.config().vocab_size);
+  Rng rng(1);
+  SamplingParams greedy, sampled;
+  greedy.temperature = 0.0f;
+  sampled.top_k = 0;  // top-p over the whole vocabulary: the selection path
+  std::vector<int32_t> tok{7, 9}, dpos{5, 0}, dslot{0, 1}, rows{0, 1};
+
+  const int64_t before = g_allocations.load();
+  for (int i = 0; i < 20; ++i) {
+    auto r = e.step({tok.data(), dpos.data(), dslot.data(), 2, rows.data(), 2});
+    ASSERT_TRUE(r.ok());
+    tok[0] = sampler.sample(*r, greedy, rng);
+    tok[1] = sampler.sample(*r + e.config().vocab_size, sampled, rng);
+    ++dpos[0];
+    ++dpos[1];
+  }
+  EXPECT_EQ(g_allocations.load() - before, 0) << what;
+}
+
 TEST(NoAllocation, DecodeStepsAndSampling) {
   for (const char* preset : {"k3-tiny", "moe-swiglu-small"}) {
     EngineOptions o;
@@ -40,27 +68,32 @@ TEST(NoAllocation, DecodeStepsAndSampling) {
     o.threads = 2;
     auto e = Engine::load(k3::testing::model_dir(preset), o);
     ASSERT_TRUE(e.ok()) << e.status().message();
-    const std::vector<int32_t> prompt{1, 2, 3, 4, 5};
-    std::vector<int32_t> pos{0, 1, 2, 3, 4}, slot(5, 0);
-    int32_t row = 4;
-    ASSERT_TRUE((*e)->step({prompt.data(), pos.data(), slot.data(), 5, &row, 1}).ok());
-    Sampler sampler((*e)->config().vocab_size);
-    Rng rng(1);
-    SamplingParams greedy, sampled;
-    greedy.temperature = 0.0f;
-    sampled.top_k = 0;  // top-p over the whole vocabulary: the selection path
-    std::vector<int32_t> tok{7, 9}, dpos{5, 0}, dslot{0, 1}, rows{0, 1};
+    expect_decode_allocates_nothing(**e, preset);
+  }
+}
 
-    const int64_t before = g_allocations.load();
-    for (int i = 0; i < 20; ++i) {
-      auto r = (*e)->step({tok.data(), dpos.data(), dslot.data(), 2, rows.data(), 2});
-      ASSERT_TRUE(r.ok());
-      tok[0] = sampler.sample(*r, greedy, rng);
-      tok[1] = sampler.sample(*r + (*e)->config().vocab_size, sampled, rng);
-      ++dpos[0];
-      ++dpos[1];
+// The same compiled at each precision (the bf16 dot-product and int8
+// kernels round the activations into stack buffers) and weight layout.
+TEST(NoAllocation, DecodeStepsAtEveryPrecisionAndLayout) {
+  for (const char* preset : {"k3-tiny", "moe-swiglu-small"}) {
+    for (const char* precision : {"fp32", "bf16", "int8"}) {
+      for (const char* layout : {"rows", "panels"}) {
+        CompileOptions co;
+        co.batch = 2;
+        co.prefill_chunk = 8;
+        co.ctx_len = 64;
+        co.precision = precision;
+        co.pipeline.weight_layout = layout;
+        auto m = compile_checkpoint(k3::testing::model_dir(preset), co);
+        ASSERT_TRUE(m.ok()) << m.status().message();
+        EngineOptions o;
+        o.max_batch = 2;
+        o.threads = 2;
+        auto e = Engine::create(std::move(m).value(), o);
+        ASSERT_TRUE(e.ok()) << e.status().message();
+        expect_decode_allocates_nothing(**e, std::string(preset) + " " + precision + " " + layout);
+      }
     }
-    EXPECT_EQ(g_allocations.load() - before, 0) << preset;
   }
 }
 
