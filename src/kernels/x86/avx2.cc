@@ -724,6 +724,10 @@ struct OnlineSoftmax {
 };
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]; hd <= NV * 8.
+// Prefetch distance of attend, in positions (avx512.cc, kAttendAhead, has
+// the measurements).
+constexpr int64_t kAttendAhead = 8;
+
 template <int NV>
 void attend_regs(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
                  float* out) {
@@ -733,7 +737,20 @@ void attend_regs(const float* q, const float* k, const float* v, int64_t len, in
   st.mx = -__builtin_inff();
   st.l = 0.0f;
   int64_t j = 0;
-  for (; j + 4 <= len; j += 4) st.template block<4>(q, k + j * stride, v + j * stride, hd, stride, scale);
+  for (; j + 4 <= len; j += 4) {
+    // K and V rows kAttendAhead positions on, into L1, one line (two
+    // vectors) at a time: a decode step reads the cache from memory.
+    if (j + kAttendAhead + 4 <= len) {
+#pragma GCC unroll 4
+      for (int b = 0; b < 4; ++b)
+#pragma GCC unroll 16
+        for (int vi = 0; vi < NV; vi += 2) {
+          _mm_prefetch(reinterpret_cast<const char*>(k + (j + kAttendAhead + b) * stride + vi * kW), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(v + (j + kAttendAhead + b) * stride + vi * kW), _MM_HINT_T0);
+        }
+    }
+    st.template block<4>(q, k + j * stride, v + j * stride, hd, stride, scale);
+  }
   for (; j < len; ++j) st.template block<1>(q, k + j * stride, v + j * stride, hd, stride, scale);
   const __m256 vl = _mm256_set1_ps(st.l);
 #pragma GCC unroll 16
