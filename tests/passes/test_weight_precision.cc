@@ -218,7 +218,7 @@ TEST(WeightPrecision, Int8LeavesABf16MoeAloneWithoutReadingItAsF32) {
 // kBF16Dot row (a crafted .k3m) with a message.
 TEST(WeightPrecision, Bf16DotOnlyForRowsTheKernelsTake) {
   constexpr int64_t kMax = ir::kBF16DotMaxCols;
-  std::vector<float> w(static_cast<size_t>(kMax + 1), 0.5f);
+  std::vector<float> w(static_cast<size_t>(2 * (kMax + 1)), 0.5f);  // the largest matrix: [kMax + 1, 2]
   ir::Graph g;
   const int x = g.add_input("x", DType::kF32, {1, 1}, RowDim::kTokens);
   const int wide =
