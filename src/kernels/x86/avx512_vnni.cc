@@ -87,9 +87,9 @@ void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
 // MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
 // streams): MR x NR int accumulators + NR W + A + the 0x80 constant in
 // zmm (22 at 4 x 4, 18 at 1 x 8); the f32 sums stay on the stack.
-template <int MR, int NR>
-void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
-             int64_t ldc, int64_t cs, const uint8_t* prefetch) {
+template <int MR, int NR, bool kPrefetch>
+void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
+                  int64_t ldc, int64_t cs, const uint8_t* prefetch) {
   const int64_t nb = K / 32;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   // The f32 sums live on the stack: they are touched once per group, and
@@ -118,7 +118,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
         __m512i wv[NR];
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
-          if (prefetch != nullptr)
+          if (kPrefetch)
             _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + t * 64), kQ8Hint);
           wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wg + j * row_bytes + t * 64), bias);
         }
@@ -130,7 +130,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
         }
       }
     } else {  // the row's last, partial group: r lanes; the masked-off lanes read as 0 (w ^ 0x80 times a = 0)
-      if (prefetch != nullptr) {
+      if (kPrefetch) {
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j)
           for (int64_t o = 0; o < 32 * r; o += 64)
@@ -152,7 +152,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
     }
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
-      if (prefetch != nullptr)
+      if (kPrefetch)
         _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), kQ8Hint);
       const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + K + g * 32));  // f16 scales
 #pragma GCC unroll 8
@@ -170,6 +170,22 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
     for (int j = 0; j < NR; ++j) sums[j] = _mm512_load_ps(facc[i][j]);
     store_hsums(sums, C + i * ldc, cs);
   }
+}
+
+// The tile with its prefetch decided once per call: tested inside the k
+// loop, GCC 12 kept a branch and the prefetch addresses' pointers (spilled
+// to the stack) in every step of the unprefetched tiles too, which are all
+// but the first row tile of a prefill. Templated, bench_kernels
+// avx512/gemm_nt_q8_(hot|stream)/M(8|32|128) (one thread, 3 rounds in turn
+// on the Zen 5 host) rose 10-15% at M 32 and M 128: M32 N1536 K512 streamed
+// 291-345 -> 348-398 GOP/s, M128 N512 K1536 hot 438-454 -> 422-502.
+template <int MR, int NR>
+void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
+             int64_t ldc, int64_t cs, const uint8_t* prefetch) {
+  if (prefetch != nullptr)
+    q8_tile_body<MR, NR, true>(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
+  else
+    q8_tile_body<MR, NR, false>(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
 }
 
 // 4 x 4 prefill tiles (16 accumulators, 4 W, A and the 0x80 constant in
