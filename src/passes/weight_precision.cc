@@ -71,7 +71,10 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   if (precision_ != "bf16" && precision_ != "int8")
     return unimplemented("weight precision '" + precision_ + "' is not supported (fp32, bf16, int8)");
   const bool int8 = precision_ == "int8";
-  std::vector<int> converted(g.values().size(), -1);  // f32 value id -> converted value id
+  // f32 value id -> converted value id, one table per bf16 target: a weight
+  // read by a Linear (kBF16Dot) and by a MoE that has to stay kBF16 gets one
+  // copy for each, so the MoE's matrices keep one dtype (its shape rule).
+  std::vector<int> converted[2] = {std::vector<int>(g.values().size(), -1), std::vector<int>(g.values().size(), -1)};
   // q8_ok per value, computed once: it reads every weight, and an expert
   // matrix is asked about by its MoE's check and again when converted.
   std::vector<int8_t> q8_verdict(g.values().size(), -1);
@@ -86,7 +89,8 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
     const ir::Value& v = g.value(id);
     if (v.kind != ir::ValueKind::kWeight || v.dtype != ir::DType::kF32) return id;
     if (int8 && !q8_ok_once(id)) return id;
-    if (converted[static_cast<size_t>(id)] >= 0) return converted[static_cast<size_t>(id)];
+    std::vector<int>& cache = converted[!int8 && dot ? 1 : 0];
+    if (cache[static_cast<size_t>(id)] >= 0) return cache[static_cast<size_t>(id)];
     const auto n = static_cast<size_t>(v.numel());
     const auto* src = static_cast<const float*>(v.data);
     int nid;
@@ -104,9 +108,9 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
       nid = g.add_weight(v.name, dot ? ir::DType::kBF16Dot : ir::DType::kBF16, v.shape, data->data());
       g.keep_alive.push_back(data);
     }
-    converted.resize(g.values().size(), -1);
+    for (std::vector<int>& c : converted) c.resize(g.values().size(), -1);
     q8_verdict.resize(g.values().size(), -1);
-    converted[static_cast<size_t>(id)] = nid;
+    cache[static_cast<size_t>(id)] = nid;
     ++stats_.applied;
     return nid;
   };

@@ -252,6 +252,32 @@ TEST(WeightPrecision, Bf16DotOnlyForRowsTheKernelsTake) {
   EXPECT_NE(r.status().message().find("at most 32768"), std::string::npos) << r.status().message();
 }
 
+// One weight read by a Linear whose rows the dot-product kernels take and
+// by a MoE that must stay kBF16 (another of its matrices has longer rows):
+// each reader gets its own copy in its own dtype, so the MoE's matrices keep
+// one dtype and the graph verifies. (Converted once for both, the MoE got a
+// kBF16Dot matrix among kBF16 ones and its shape rule failed the compile.)
+TEST(WeightPrecision, SharedWeightGetsEachReadersBf16Dtype) {
+  constexpr int64_t kMax = ir::kBF16DotMaxCols;
+  std::vector<float> w(static_cast<size_t>(2 * (kMax + 1)), 0.5f);
+  ir::Graph g;
+  const int x = g.add_input("x", DType::kF32, {1, 2}, RowDim::kTokens);
+  const int up0 = g.add_weight("e0.up", DType::kF32, {kMax + 1, 2}, w.data());
+  const int lin = node(g, OpKind::kLinear, "lin", {x, up0});  // K = 2: a dot-product matrix
+  std::vector<int> moe_in{x, g.add_weight("gate", DType::kF32, {2, 2}, w.data())};
+  moe_in.push_back(up0);
+  moe_in.push_back(g.add_weight("e0.down", DType::kF32, {2, kMax + 1}, w.data()));  // K = kMax + 1
+  moe_in.push_back(g.add_weight("e1.up", DType::kF32, {kMax + 1, 2}, w.data()));
+  moe_in.push_back(g.add_weight("e1.down", DType::kF32, {2, kMax + 1}, w.data()));
+  g.mark_output(lin);
+  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+  auto changed = WeightPrecision("bf16").run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(dtype_of_input(g, "lin", 1), DType::kBF16Dot);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16) << i;
+}
+
 // A q8 matrix whose rows are longer than the int8 kernels take (a crafted
 // .k3m; the compiler keeps such matrices f32) fails the Linear's shape rule
 // with a message, before a kernel could overrun its stack buffer or loop.
