@@ -21,6 +21,39 @@ inline constexpr int64_t kBf16DotMaxK = 32768;
 
 std::string_view isa_name(Isa isa);
 
+// The activation side of a product whose kernel rounds A before multiplying
+// (gemm_nt_q8, gemm_nt_bf16dot), split from the product for callers that
+// multiply the same rows by several matrices or column ranges: a Linear's
+// threads each take a range of columns, a MoE runs one product per expert.
+// Rounded once, the rows serve them all; rounded per call, a 32-row product
+// of 128 columns at K = 1536 (a k3-base expert's down projection on one
+// thread's chunk) spent a quarter of its time rounding its rows again.
+//   prepare: M rows of A (stride lda) -> P, row i at P + i * row_bytes(K), in
+//            the table's own layout (P 64-byte aligned; row_bytes keeps the
+//            rows as aligned as the layout needs, so rows b.. may be
+//            prepared on their own at P + b * row_bytes(K), by another
+//            thread);
+//   gemm:    C[M, n0..n1) from the prepared rows and W (ldw elements per row
+//            of W; the int8 format implies its own), the same results, bit
+//            for bit, as the unsplit kernel.
+// row_bytes(K) <= prepared_row_bytes_bound(K) of the kernel's kind.
+struct PreparedGemm {
+  int64_t (*row_bytes)(int64_t K);
+  void (*prepare)(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+  void (*gemm)(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw, float* C,
+               int64_t ldc);
+};
+// Bounds on PreparedGemm::row_bytes over every table, for callers that size
+// buffers before they know the table: int8 rows take at most 68 bytes per
+// block of 32 (the AVX2 layout), bf16 rows 4 bytes per value (rounded f32)
+// or 2 per value padded to a multiple of 32 values (vdpbf16ps).
+inline constexpr int64_t q8_prepared_row_bytes_bound(int64_t K) {
+  return K / 32 * 68;
+}
+inline constexpr int64_t bf16dot_prepared_row_bytes_bound(int64_t K) {
+  return K >= 16 ? 4 * K : 64;
+}
+
 struct KernelTable {
   Isa isa;
 
@@ -69,6 +102,9 @@ struct KernelTable {
   // bits).
   void (*gemm_nt_q8)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc);
+  // gemm_nt_q8 and gemm_nt_bf16dot in two steps (PreparedGemm above).
+  PreparedGemm q8_prepared;
+  PreparedGemm bf16dot_prepared;
 
   // gemm_nt with W in the panel layout (ir::DType::kF32P16, util/panel.h):
   // panels of 16 rows of W, each k-major, the last one zero-padded. Each

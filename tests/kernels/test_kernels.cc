@@ -9,6 +9,7 @@
 //   gemm_nt_bf16 bit-exact vs the same table's gemm_nt on the widened weights
 //   gemm_nt_bf16dot like gemm_nt vs the reference on bf16-rounded A; bit-exact across M and splits
 //   gemm_nt_q8  like gemm_nt vs the reference on the dequantized weights; bit-exact across M and splits
+//   PreparedGemm (q8, bf16dot) bit-exact vs the same table's one-step kernel, across splits and row ranges
 //   gemm_nt_p16, _bf16p16  bit-exact vs the scalar table (one fma chain per element), across M and splits
 //   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
 //   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
@@ -23,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <ostream>
 #include <random>
 #include <string>
@@ -593,6 +595,83 @@ TEST_P(KernelTest, GemmQ8NonFiniteActivationGivesNaNRow) {
         ASSERT_TRUE(std::isnan(C[static_cast<size_t>(m * N + n)])) << isa_name(table->isa) << " m " << m << " n " << n;
     }
   }
+}
+
+// ---- PreparedGemm (gemm_nt_q8 and gemm_nt_bf16dot in two steps) -----------
+
+// Exactly n bytes, 64-byte aligned (what PreparedGemm::prepare asks for), so
+// AddressSanitizer sees any access past the prepared rows.
+class AlignedBytes {
+ public:
+  explicit AlignedBytes(size_t n) : p_(static_cast<uint8_t*>(::operator new (n == 0 ? 1 : n, std::align_val_t{64}))) {}
+  ~AlignedBytes() { ::operator delete (p_, std::align_val_t{64}); }
+  AlignedBytes(const AlignedBytes&) = delete;
+  AlignedBytes& operator=(const AlignedBytes&) = delete;
+  uint8_t* data() const { return p_; }
+
+ private:
+  uint8_t* p_;
+};
+
+// Rows prepared once and multiplied in column pieces, and in row ranges
+// starting inside the prepared block (a MoE's experts), give the unsplit
+// kernel's bits; prepared rows stay within the bound callers size buffers by.
+// unsplit(M, A, C) runs the one-step kernel on M rows of A (stride K).
+template <class Unsplit>
+void expect_prepared_matches(const PreparedGemm& pg, int64_t M, int64_t N, int64_t K, int64_t bound,
+                             const std::vector<float>& A, const void* W, int64_t ldw, Unsplit unsplit) {
+  const int64_t rb = pg.row_bytes(K);
+  ASSERT_LE(rb, bound) << "K=" << K;
+  std::vector<float> whole(static_cast<size_t>(M * N), -7.0f);
+  unsplit(M, A.data(), whole.data());
+  AlignedBytes P(static_cast<size_t>(M * rb));
+  pg.prepare(M, K, A.data(), K, P.data());
+  for (int64_t step : {N, int64_t{5}, int64_t{16}}) {
+    std::vector<float> split(whole.size(), -7.0f);
+    for (int64_t n0 = 0; n0 < N; n0 += step)
+      pg.gemm(M, n0, std::min(N, n0 + step), K, P.data(), W, ldw, split.data(), N);
+    for (int64_t i = 0; i < M * N; ++i)
+      ASSERT_EQ(bits(split[static_cast<size_t>(i)]), bits(whole[static_cast<size_t>(i)]))
+          << "K=" << K << " M=" << M << " step=" << step << " i=" << i;
+  }
+  // Rows r0.. of the prepared block on their own.
+  const int64_t r0 = M / 3, rows = M - r0;
+  std::vector<float> part(static_cast<size_t>(rows * N), -7.0f);
+  pg.gemm(rows, 0, N, K, P.data() + r0 * rb, W, ldw, part.data(), N);
+  for (int64_t i = 0; i < rows * N; ++i)
+    ASSERT_EQ(bits(part[static_cast<size_t>(i)]), bits(whole[static_cast<size_t>(r0 * N + i)]))
+        << "K=" << K << " M=" << M << " rows from " << r0;
+}
+
+TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
+  std::mt19937 rng(21);
+  constexpr int64_t N = 37;
+  for (int64_t K : {32, 320, 544, 2048}) {
+    const auto Q = quantize(random_vec(N * K, rng), N, K);
+    for (int64_t M : {1, 3, 8, 9, 70}) {
+      const auto A = random_vec(M * K, rng);
+      expect_prepared_matches(
+          t().q8_prepared, M, N, K, q8_prepared_row_bytes_bound(K), A, Q.data(), 0,
+          [&](int64_t m, const float* a, float* c) { t().gemm_nt_q8(m, 0, N, K, a, K, Q.data(), c, N); });
+    }
+  }
+  EXPECT_LE(t().q8_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
+}
+
+TEST_P(KernelTest, PreparedBf16DotGemmIsTheUnsplitKernelBitForBit) {
+  std::mt19937 rng(22);
+  constexpr int64_t N = 37;
+  for (int64_t K : {1, 17, 33, 320, 1000}) {
+    const auto W = random_bf16(N * K, rng);
+    for (int64_t M : {1, 3, 8, 9, 70}) {
+      const auto A = random_vec(M * K, rng);
+      expect_prepared_matches(
+          t().bf16dot_prepared, M, N, K, bf16dot_prepared_row_bytes_bound(K), A, W.data(), K,
+          [&](int64_t m, const float* a, float* c) { t().gemm_nt_bf16dot(m, 0, N, K, a, K, W.data(), K, c, N); });
+    }
+  }
+  for (int64_t K : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, kBf16DotMaxK})
+    EXPECT_LE(t().bf16dot_prepared.row_bytes(K), bf16dot_prepared_row_bytes_bound(K)) << K;
 }
 
 // ---- element-wise ----------------------------------------------------------

@@ -14,6 +14,8 @@
 #include "kernels/kernels.h"
 #include "runtime/ops/op_call.h"
 #include "util/aligned_buffer.h"
+#include "util/half.h"
+#include "util/quant.h"
 
 namespace k3::runtime::testing {
 
@@ -27,6 +29,28 @@ class OpTester {
     std::uniform_real_distribution<float> u(-scale, scale);
     for (float& x : v) x = u(rng_);
     set(id, v.data(), v.size() * 4);
+    return id;
+  }
+  // A [N, K] weight of dtype dt from random values in [-1, 1]: int8 blocks
+  // (util/quant.h) for kQ8, bf16 bits for kBF16 / kBF16Dot.
+  int weight(const std::string& name, std::vector<int64_t> shape, ir::DType dt) {
+    if (dt == ir::DType::kF32) return f32(name, std::move(shape));
+    const int64_t n = shape[0], k = shape[1];
+    std::vector<float> v(static_cast<size_t>(n * k));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& x : v) x = u(rng_);
+    int id = g_.add_input(name, dt, shape, ir::RowDim::kFixed);
+    std::vector<uint8_t> bytes(g_.value(id).bytes());
+    if (dt == ir::DType::kQ8) {
+      const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(k)));
+      for (int64_t r = 0; r < n; ++r) quantize_q8_row(v.data() + r * k, k, bytes.data() + r * rb);
+    } else {
+      for (size_t i = 0; i < v.size(); ++i) {
+        const uint16_t h = f32_to_bf16(v[i]);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    set(id, bytes.data(), bytes.size());
     return id;
   }
   int f32_values(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v,

@@ -11,6 +11,13 @@ using ir::OpKind;
 using ir::RowDim;
 
 constexpr float kTol = 2e-5f;
+// int8 and bf16-dot products: both sides round the activations the same
+// way, but the kernels add the products in another order than the
+// reference, so a MoE's hidden value can land on the other side of a rounding
+// boundary before the down projection: one bf16 step is 2^-8 of the value
+// (measured worst 4.5e-4 with SwiGLU), one int8 step 1/127 of its block's
+// largest (worst 6e-6 here).
+constexpr float kRoundedTol = 2e-3f;
 
 void test_Embedding() {
   OpTester t;
@@ -95,6 +102,23 @@ void test_Linear() {
       auto r = t.graph().add_node(OpKind::kLinear, "node", in, attrs, static_cast<int>(splits.size()));
       ASSERT_TRUE(r.ok()) << r.status().message();
       t.check(7, 0, kTol);
+    }
+  }
+  // int8 and bf16-dot weights: the rows are rounded once for all threads
+  // (on the calling thread for a few rows, split across threads for many),
+  // then each thread's columns and each output of a split are multiplied.
+  for (ir::DType dt : {ir::DType::kQ8, ir::DType::kBF16Dot}) {
+    for (int64_t rows : {3, 12}) {
+      OpTester t;
+      int x = t.f32("x", {16, 96}, RowDim::kTokens);
+      t.node(OpKind::kLinear, {x, t.weight("w", {130, 96}, dt)});
+      t.check(rows, 0, kRoundedTol);
+      OpTester u;
+      int x2 = u.f32("x", {16, 96}, RowDim::kTokens);
+      auto r = u.graph().add_node(OpKind::kLinear, "node", {x2, u.weight("w", {80, 96}, dt)},
+                                  {{"splits", std::vector<int64_t>{16, 48, 16}}}, 3);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      u.check(rows, 0, kRoundedTol);
     }
   }
 }
@@ -196,7 +220,28 @@ void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize 
   t.check(1, 0, kTol, 1);  // decode shape, one thread
 }
 
+// Experts with int8 or bf16-dot weights: the grouped rows, then the hidden
+// rows, are rounded once for every expert and column chunk.
+void moe_weight_dtype_case(ir::DType dt, bool swiglu) {
+  OpTester t;
+  const int64_t e = 4, d = 64, f = 96;
+  int x = t.f32("x", {16, d}, RowDim::kTokens);
+  std::vector<int> in{x, t.f32("gate", {e, d})};
+  for (int64_t i = 0; i < e; ++i) {
+    in.push_back(t.weight("up" + std::to_string(i), {f, d}, dt));
+    if (swiglu) in.push_back(t.weight("gate" + std::to_string(i), {f, d}, dt));
+    in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
+  }
+  t.node(OpKind::kMoe, in, {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}});
+  t.check(13, 0, kRoundedTol);
+  t.check(1, 0, kRoundedTol, 1);  // decode shape, one thread
+}
+
 void test_Moe() {
+  for (ir::DType dt : {ir::DType::kQ8, ir::DType::kBF16Dot}) {
+    moe_weight_dtype_case(dt, false);
+    moe_weight_dtype_case(dt, true);
+  }
   moe_case(false, false);
   moe_case(true, false);
   moe_case(false, true);

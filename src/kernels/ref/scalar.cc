@@ -92,15 +92,24 @@ void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
 // gemm_nt with W in the int8 block format (kernels.h, util/quant.h):
 // activations rounded to int8 per block of 32 exactly as the SIMD tables do,
 // integer block dot products, scaled and summed in f32 block by block.
-void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
-                int64_t ldc) {
+// Prepared rows (kernels.h, PreparedGemm): the K int8 values in natural
+// order, then the K / 32 f32 block scales.
+int64_t q8_prepared_row_bytes(int64_t K) {
+  return K + K / ir::kQ8Block * 4;
+}
+void prepare_q8(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  const int64_t rb = q8_prepared_row_bytes(K);
+  for (int64_t m = 0; m < M; ++m)
+    quantize_a8_row(A + m * lda, K, reinterpret_cast<int8_t*>(P + m * rb), reinterpret_cast<float*>(P + m * rb + K));
+}
+void gemm_q8_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
+                      int64_t /*ldw: implied*/, float* C, int64_t ldc) {
+  const auto* W = static_cast<const uint8_t*>(Wv);
   const auto row_bytes = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
-  // Stack buffers: this table is also the fallback on CPUs without AVX2,
-  // where decode must not allocate either.
-  int8_t qa[kQ8MaxK];
-  float qs[kQ8MaxK / ir::kQ8Block];
+  const int64_t rb = q8_prepared_row_bytes(K);
   for (int64_t m = 0; m < M; ++m) {
-    quantize_a8_row(A + m * lda, K, qa, qs);
+    const auto* qa = reinterpret_cast<const int8_t*>(P + m * rb);
+    const auto* qs = reinterpret_cast<const float*>(P + m * rb + K);
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* row = W + n * row_bytes;
       float acc = 0.0f;
@@ -113,6 +122,31 @@ void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, in
       C[m * ldc + n] = acc;
     }
   }
+}
+// One row at a time through a stack buffer: this table is also the fallback
+// on CPUs without AVX2, where decode must not allocate either.
+void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
+                int64_t ldc) {
+  alignas(64) uint8_t row[kQ8MaxK + kQ8MaxK / ir::kQ8Block * 4];
+  for (int64_t m = 0; m < M; ++m) {
+    prepare_q8(1, K, A + m * lda, lda, row);
+    gemm_q8_prepared(1, n0, n1, K, row, W, 0, C + m * ldc, ldc);
+  }
+}
+
+// bf16 dot products in two steps: prepared rows are A rounded to bf16, kept
+// as K floats; the product is gemm_nt_bf16 on them (gemm_nt_bf16dot's sums).
+int64_t bf16dot_prepared_row_bytes(int64_t K) {
+  return 4 * K;
+}
+void prepare_bf16dot(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  auto* out = reinterpret_cast<float*>(P);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) out[m * K + k] = bf16_to_f32(f32_to_bf16(A[m * lda + k]));
+}
+void gemm_bf16dot_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
+                           float* C, int64_t ldc) {
+  gemm_nt_bf16(M, n0, n1, K, reinterpret_cast<const float*>(P), K, static_cast<const uint16_t*>(W), ldw, C, ldc);
 }
 
 // x, w, b, y: [n]. Two passes: the mean first, then the biased variance of
@@ -194,6 +228,8 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_bf16dot = gemm_nt_bf16dot,
     .gemm_nt_q8 = gemm_nt_q8,
+    .q8_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_prepared},
+    .bf16dot_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_bf16dot_prepared},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/prepared_chunks.h"
 #include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
 #include "kernels/x86/q8_drive.h"
@@ -209,9 +210,11 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
   gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
+// bf16 dot products without vdpbf16ps (x86/bf16dot_round.h).
 void gemm_nt_bf16dot(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                      int64_t ldw, float* C, int64_t ldc) {
-  gemm_bf16dot_rounded(M, n0, n1, K, A, lda, W, ldw, C, ldc, gemm_nt_bf16);
+  gemm_prepared_chunks<bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>>(
+      M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
 // ---- gemm_nt_q8 ------------------------------------------------------------
@@ -394,14 +397,25 @@ constexpr Q8TileFn kQ8Tiles[kQ8Mr][kQ8GemvNr] = {
 
 }  // namespace
 
-// The driver (x86/q8_drive.h) with this table's tiles: one-row chunks run
+// This table's PreparedGemm (kernels.h): the rows prepared above, the
+// driver (x86/q8_drive.h) with this table's tiles: one-row calls run
 // 1 x kQ8GemvNr tiles, larger ones kQ8Mr x kQ8Nr. Also the AVX-512 table's
 // int8 GEMM on CPUs without VNNI.
+int64_t q8_row_bytes_avx2(int64_t K) {
+  return K / 32 * kQ8ActBytes;
+}
+void prepare_q8_avx2(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  prepare_q8_rows(M, K, A, lda, P, kQ8ActBytes, prepare_row_q8);
+}
+void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                           int64_t /*ldw: implied*/, float* C, int64_t ldc) {
+  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr, kQ8ActBytes, 1};
+  gemm_q8_drive(kTiling, M, n0, n1, K, P, static_cast<const uint8_t*>(W), C, ldc,
+                [](int64_t mr, int64_t nr) { return kQ8Tiles[mr - 1][nr - 1]; });
+}
 void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc) {
-  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr, kQ8ActBytes, 1};
-  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, prepare_row_q8,
-                [](int64_t mr, int64_t nr) { return kQ8Tiles[mr - 1][nr - 1]; });
+  gemm_prepared_chunks<q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2>(M, n0, n1, K, A, lda, W, 0, C, ldc);
 }
 
 namespace {
@@ -818,6 +832,8 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_bf16dot = gemm_nt_bf16dot,
     .gemm_nt_q8 = gemm_nt_q8_avx2,
+    .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2},
+    .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/prepared_chunks.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
@@ -183,9 +184,11 @@ void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, 
   gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
+// bf16 dot products without vdpbf16ps (x86/bf16dot_round.h).
 void gemm_nt_bf16dot(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                      int64_t ldw, float* C, int64_t ldc) {
-  gemm_bf16dot_rounded(M, n0, n1, K, A, lda, W, ldw, C, ldc, gemm_nt_bf16);
+  gemm_prepared_chunks<bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>>(
+      M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
 // ---- gemm_nt over panels (gemm_nt_p16 / gemm_nt_bf16p16) -------------------
@@ -615,7 +618,9 @@ constexpr KernelTable kTable = {
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_bf16dot = gemm_nt_bf16dot,  // with_features below replaces it
-    .gemm_nt_q8 = gemm_nt_q8_avx2,       // kTableVnni below replaces it
+    .gemm_nt_q8 = gemm_nt_q8_avx2,       // with_features below replaces it
+    .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2},
+    .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,
@@ -632,8 +637,14 @@ constexpr KernelTable kTable = {
 // and with the bf16 dot-product GEMM (x86/avx512_bf16.cc) for CPUs that have
 // avx512bf16 (without it, gemm_nt_bf16dot rounds A and widens W).
 constexpr KernelTable with_features(KernelTable t, bool vnni, bool bf16) {
-  if (vnni) t.gemm_nt_q8 = gemm_nt_q8_avx512vnni;
-  if (bf16) t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16;
+  if (vnni) {
+    t.gemm_nt_q8 = gemm_nt_q8_avx512vnni;
+    t.q8_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni};
+  }
+  if (bf16) {
+    t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16;
+    t.bf16dot_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_avx512bf16};
+  }
   return t;
 }
 constexpr KernelTable kTables[2][2] = {

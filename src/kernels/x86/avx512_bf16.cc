@@ -5,9 +5,9 @@
 // internal linkage, no inline library functions.
 //
 // W rows are bf16 as stored ([N, K], row stride ldw); the activations are
-// rounded to bf16 (vcvtne2ps2bf16, nearest even) once per call into a stack
-// buffer, row stride K rounded up to 32 and zero-padded. One k step of a
-// tile then covers 32 k:
+// rounded to bf16 (vcvtne2ps2bf16, nearest even) into prepared rows
+// (kernels.h, PreparedGemm), row stride K rounded up to 32 and zero-padded.
+// One k step of a tile then covers 32 k:
 //   acc[i][j] = dpbf16(acc[i][j], a_i[k..k+32), w_j[k..k+32))   (16 f32 lanes,
 //               lane l += a[2l] w[2l] + a[2l+1] w[2l+1])
 // and C = hsum(acc) (avx512_util.h). That is one instruction per 64 bytes
@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/prepared_chunks.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/row_drive.h"
 #include "kernels/x86/tables.h"
@@ -35,11 +36,6 @@ constexpr int64_t kNr = 4;     // rows of W per tile (16 acc + 4 W + 1 A = 21 zm
 // rounds' spread (about 10%), 8 x 3 was behind.
 // The tile walk of avx512.cc's gemm_nt: 4 far streams per thread at decode.
 constexpr RowTiling kRowTiling = {.max_mr = kMr, .adj_nr = kNr, .far_max_m = 8, .far_nr_m2 = 4, .far_nr = 4};
-// Prepared activations: 128 KiB of bf16 on the stack, so a chunk holds
-// 64 rows at K = 1024 (a prefill MoE's expert batch in one chunk) and at
-// least two at kBf16DotMaxK.
-constexpr int64_t kBufElems = 65536;
-static_assert(kBufElems >= 2 * kBf16DotMaxK);
 
 // One line of each W row is prefetched per 64 bytes of K consumed, into L1:
 // the int8 tiles (avx512_vnni.cc) showed L1 hints streaming best on Zen 5.
@@ -54,22 +50,9 @@ inline __mmask32 tail_mask32(int64_t n) {
   return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1u);
 }
 
-// rows rows of A (stride lda floats) -> bf16, row stride kp (a multiple of
-// 32 >= K), zero beyond K.
-void prepare_rows(const float* A, int64_t lda, int64_t rows, int64_t K, int64_t kp, uint16_t* out) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* a = A + i * lda;
-    uint16_t* o = out + i * kp;
-    for (int64_t k = 0; k < kp; k += kStep) {
-      // k < K here (kp - 32 < K), so the low half has 1..16 lanes, the high 0..16.
-      const int64_t hi_n = K - k - 16;
-      const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(min64(16, K - k)), a + k);
-      const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(hi_n < 0 ? 0 : min64(16, hi_n)), a + k + 16);
-      // cvtne2ps_pbh(hi, lo): lo converts into the low 16 lanes.
-      const __m512bh h = _mm512_cvtne2ps_pbh(hi, lo);
-      _mm512_store_si512(reinterpret_cast<__m512i*>(o + k), reinterpret_cast<const __m512i&>(h));
-    }
-  }
+// Row stride of the prepared rows, in bf16 values: K rounded up to a step.
+inline int64_t padded_k(int64_t K) {
+  return (K + kStep - 1) / kStep * kStep;
 }
 
 // C[0..MR, 0..NR) (outputs cs apart) from MR prepared rows (stride lda) and
@@ -125,20 +108,38 @@ constexpr auto kTiles = make_tiles(std::make_integer_sequence<int, kMr * kNr>{})
 
 }  // namespace
 
-// C[M, n0..n1) = bf16(A)[M, K] . W[n0..n1, K]^T: per chunk of rows, prepare
-// them, then walk the tiles as avx512.cc's gemm_nt does (row_drive.h), so W
-// is streamed once per chunk (once per call at decode).
+// This file's PreparedGemm (kernels.h). prepare: rows of A -> bf16, row
+// stride padded_k(K), zero beyond K. gemm: the tiles walked as avx512.cc's
+// gemm_nt walks them (row_drive.h), so W is streamed once per call.
+int64_t bf16dot_row_bytes_avx512bf16(int64_t K) {
+  return 2 * padded_k(K);
+}
+void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  const int64_t kp = padded_k(K);
+  for (int64_t i = 0; i < M; ++i) {
+    const float* a = A + i * lda;
+    uint16_t* o = reinterpret_cast<uint16_t*>(P) + i * kp;
+    for (int64_t k = 0; k < kp; k += kStep) {
+      // k < K here (kp - 32 < K), so the low half has 1..16 lanes, the high 0..16.
+      const int64_t hi_n = K - k - 16;
+      const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(min64(16, K - k)), a + k);
+      const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(hi_n < 0 ? 0 : min64(16, hi_n)), a + k + 16);
+      // cvtne2ps_pbh(hi, lo): lo converts into the low 16 lanes.
+      const __m512bh h = _mm512_cvtne2ps_pbh(hi, lo);
+      _mm512_store_si512(reinterpret_cast<__m512i*>(o + k), reinterpret_cast<const __m512i&>(h));
+    }
+  }
+}
+void gemm_bf16dot_prepared_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                      int64_t ldw, float* C, int64_t ldc) {
+  drive_row_tiles(kRowTiling, M, n0, n1, K, reinterpret_cast<const uint16_t*>(P), padded_k(K),
+                  static_cast<const uint16_t*>(W), ldw, C, ldc,
+                  [](int64_t mr, int64_t nr) { return kTiles[(mr - 1) * kNr + nr - 1]; });
+}
 void gemm_nt_bf16dot_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
                                 const uint16_t* W, int64_t ldw, float* C, int64_t ldc) {
-  alignas(64) uint16_t buf[kBufElems];
-  const int64_t kp = (K + kStep - 1) / kStep * kStep;
-  const int64_t chunk = kp == 0 ? M : kBufElems / kp;
-  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
-    const int64_t rows = min64(chunk, M - m0);
-    prepare_rows(A + m0 * lda, lda, rows, K, kp, buf);
-    drive_row_tiles(kRowTiling, rows, n0, n1, K, static_cast<const uint16_t*>(buf), kp, W, ldw, C + m0 * ldc, ldc,
-                    [](int64_t mr, int64_t nr) { return kTiles[(mr - 1) * kNr + nr - 1]; });
-  }
+  gemm_prepared_chunks<bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_avx512bf16>(
+      M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
 }  // namespace k3::kernels

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/prepared_chunks.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/q8_drive.h"
 #include "kernels/x86/tables.h"
@@ -206,15 +207,28 @@ constexpr auto make_q8_tiles(std::integer_sequence<int, I...>) {
 }
 constexpr auto kQ8Tiles = make_q8_tiles(std::make_integer_sequence<int, kQ8Mr * kQ8Nr>{});
 
+constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes, kQ8FarAhead};
+
 }  // namespace
 
-// The driver (x86/q8_drive.h) with this file's row preparation and tiles.
-void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
-                           float* C, int64_t ldc) {
-  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes, kQ8FarAhead};
-  gemm_q8_drive(kTiling, M, n0, n1, K, A, lda, W, C, ldc, prepare_row_q8, [](int64_t mr, int64_t nr) {
+// This file's PreparedGemm (kernels.h): the rows prepared above, the driver
+// (x86/q8_drive.h) with this file's tiles.
+int64_t q8_row_bytes_avx512vnni(int64_t K) {
+  return K / 32 * kQ8ActBytes;
+}
+void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  prepare_q8_rows(M, K, A, lda, P, kQ8ActBytes, prepare_row_q8);
+}
+void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                 int64_t /*ldw: implied*/, float* C, int64_t ldc) {
+  gemm_q8_drive(kTiling, M, n0, n1, K, P, static_cast<const uint8_t*>(W), C, ldc, [](int64_t mr, int64_t nr) {
     return nr == kQ8FarNr1 ? Q8TileFn{q8_tile<1, kQ8FarNr1>} : kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1];
   });
+}
+void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                           float* C, int64_t ldc) {
+  gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni>(M, n0, n1, K, A,
+                                                                                                    lda, W, 0, C, ldc);
 }
 
 }  // namespace k3::kernels

@@ -1,12 +1,10 @@
-// gemm_nt_bf16dot for tables without bf16 dot products (AVX2, and AVX-512
-// without avx512bf16): rows of A are rounded to bf16 (kept as f32 values,
-// which bf16 widens to exactly) in chunks into a stack buffer, then the
-// table's own gemm_nt_bf16 multiplies them. Each product is then bf16 x bf16,
-// exact, as with vdpbf16ps; only the summation order differs. Chunking by
-// rows changes no element's summation order (the gemm_nt contract), so the
-// result stays independent of M and the column split. No intrinsics; an
-// anonymous namespace, so each ISA translation unit compiles its own copy
-// with its own flags.
+// The bf16 dot-product GEMM's PreparedGemm (kernels.h) for tables without
+// bf16 dot products (AVX2, and AVX-512 without avx512bf16): a prepared row is
+// the row of A rounded to bf16, kept as f32 values (which bf16 widens to
+// exactly), K floats; the product is the table's own gemm_nt_bf16 on them.
+// Each product is then bf16 x bf16, exact, as with vdpbf16ps; only the
+// summation order differs. No intrinsics; an anonymous namespace, so each ISA
+// translation unit compiles its own copy with its own flags.
 #pragma once
 
 #include <cstdint>
@@ -28,17 +26,21 @@ inline float round_to_bf16(float f) {
   return f;
 }
 
-template <class GemmBf16>
-void gemm_bf16dot_rounded(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
-                          int64_t ldw, float* C, int64_t ldc, GemmBf16 gemm_bf16) {
-  alignas(64) float buf[kBf16DotMaxK];  // 128 KiB: 64 rows at K = 512
-  const int64_t chunk = K == 0 ? M : kBf16DotMaxK / K;
-  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
-    const int64_t rows = chunk < M - m0 ? chunk : M - m0;
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t k = 0; k < K; ++k) buf[i * K + k] = round_to_bf16(A[(m0 + i) * lda + k]);
-    gemm_bf16(rows, n0, n1, K, buf, K, W, ldw, C + m0 * ldc, ldc);
-  }
+inline int64_t bf16dot_rounded_row_bytes(int64_t K) {
+  return 4 * K;
+}
+
+inline void prepare_bf16dot_rounded(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  float* out = reinterpret_cast<float*>(P);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) out[i * K + k] = round_to_bf16(A[i * lda + k]);
+}
+
+template <void (*GemmBf16)(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const uint16_t*, int64_t, float*,
+                           int64_t)>
+void gemm_bf16dot_rounded(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
+                          float* C, int64_t ldc) {
+  GemmBf16(M, n0, n1, K, reinterpret_cast<const float*>(P), K, static_cast<const uint16_t*>(W), ldw, C, ldc);
 }
 
 }  // namespace

@@ -1,11 +1,10 @@
 // The int8 GEMM's driver (gemm_nt_q8), shared by the AVX2 and AVX-512
 // tables: rows of A are rounded to int8 and laid out the way the table's
 // tiles read them ("prepared rows", act_bytes_per_block bytes per block of
-// 32) in chunks into a stack buffer (no allocation; a chunk holds at least
-// one row for K <= kQ8MaxK), then every W row is streamed once per chunk, so
-// once per call for decode. Chunks of at most far_max_m rows first run far
-// tiles (avx2.cc, kFarMaxM, explains them), then adjacent ones. The tables
-// supply their own row preparation and tiles. No intrinsics; an anonymous
+// 32; the table's PreparedGemm, kernels.h), then every W row is streamed
+// once per call over all of them. Up to far_max_m rows first run far tiles
+// (avx2.cc, kFarMaxM, explains them), then adjacent ones. The tables supply
+// their own row preparation and tiles. No intrinsics; an anonymous
 // namespace, so each ISA translation unit compiles its own copy with its own
 // flags.
 #pragma once
@@ -34,10 +33,6 @@ struct Q8Tiling {
   int64_t far_ahead;            // far tiles prefetch each stream this many rows ahead
 };
 
-// Largest prepared row the tables use (AVX2: int8 values, their magnitudes
-// and the scales, 32 + 32 + 4 bytes per block).
-constexpr int64_t kQ8MaxActBytesPerBlock = 68;
-
 // The kQ8 layout's interleave (util/quant.h, q8_offset): r consecutive
 // blocks of 32 bytes in natural order -> for t = 0..7, bytes 4t..4t+3 of each
 // block in turn. Used on the activations so they line up with the weights.
@@ -46,47 +41,47 @@ inline void q8_interleave_group(const uint8_t* blocks, int64_t r, uint8_t* out) 
     for (int64_t t = 0; t < 8; ++t) __builtin_memcpy(out + t * 4 * r + 4 * l, blocks + 32 * l + 4 * t, 4);
 }
 
-// prepare(a, K, row): one row of A into its prepared form (the table's own
-// layout, K / 32 * act_bytes_per_block bytes). tile(mr, nr): the table's
-// Q8TileFn for mr rows against nr W rows (every mr <= max_mr with the nr the
-// tiling asks for).
-template <class Prepare, class TileFor>
-void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-                   const uint8_t* W, float* C, int64_t ldc, Prepare prepare, TileFor tile) {
-  alignas(64) uint8_t qa[kQ8MaxK / 32 * kQ8MaxActBytesPerBlock];
+// M rows of A -> their prepared form, row i at qa + i * K / 32 * act_bytes;
+// prepare(a, K, row) does one row in the table's own layout.
+template <class Prepare>
+void prepare_q8_rows(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* qa, int64_t act_bytes,
+                     Prepare prepare) {
+  for (int64_t i = 0; i < M; ++i) prepare(A + i * lda, K, qa + i * (K / 32 * act_bytes));
+}
+
+// C[M, n0..n1) from M prepared rows. tile(mr, nr): the table's Q8TileFn for
+// mr rows against nr W rows (every mr <= max_mr with the nr the tiling asks
+// for).
+template <class TileFor>
+void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* qa, const uint8_t* W,
+                   float* C, int64_t ldc, TileFor tile) {
   const int64_t rb = K + K / 32 * 2;  // ir::q8_row_bytes: f16 scales (not included: baseline code)
   const int64_t stride = K / 32 * t.act_bytes_per_block;
-  const int64_t chunk = K == 0 ? M : static_cast<int64_t>(sizeof(qa)) / stride;
-  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
-    const int64_t rows = chunk < M - m0 ? chunk : M - m0;
-    for (int64_t i = 0; i < rows; ++i) prepare(A + (m0 + i) * lda, K, qa + i * stride);
-    float* c = C + m0 * ldc;
-    // Every row tile of the chunk against nr W rows starting at w; only the
-    // first row tile prefetches, the later ones find the rows in cache.
-    auto row_tiles = [&](int64_t nr, const uint8_t* w, int64_t w_stride, int64_t n, int64_t cs, const uint8_t* next) {
-      for (int64_t m = 0; m < rows; m += t.max_mr) {
-        const int64_t mr = rows - m < t.max_mr ? rows - m : t.max_mr;
-        tile(mr, nr)(K, qa + m * stride, stride, w, w_stride, c + m * ldc + n, ldc, cs, m == 0 ? next : nullptr);
-      }
-    };
-    int64_t n_adj = n0;
-    if (rows <= t.far_max_m) {
-      const int64_t nr = rows == 1 ? t.far_nr_row1 : t.far_nr;
-      const int64_t q = (n1 - n0) / nr;
-      for (int64_t i = 0; i < q; ++i) {
-        const uint8_t* w = W + (n0 + i) * rb;
-        // The row far_ahead rows on in every stream.
-        row_tiles(nr, w, q * rb, n0 + i, q, i + t.far_ahead < q ? w + t.far_ahead * rb : nullptr);
-      }
-      n_adj = n0 + q * nr;
+  // Every row tile against nr W rows starting at w; only the first row tile
+  // prefetches, the later ones find the rows in cache.
+  auto row_tiles = [&](int64_t nr, const uint8_t* w, int64_t w_stride, int64_t n, int64_t cs, const uint8_t* next) {
+    for (int64_t m = 0; m < M; m += t.max_mr) {
+      const int64_t mr = M - m < t.max_mr ? M - m : t.max_mr;
+      tile(mr, nr)(K, qa + m * stride, stride, w, w_stride, C + m * ldc + n, ldc, cs, m == 0 ? next : nullptr);
     }
-    const int64_t adj = rows == 1 ? t.adj_nr_row1 : t.adj_nr;
-    for (int64_t n = n_adj; n < n1; n += adj) {
-      const int64_t nr = n1 - n < adj ? n1 - n : adj;
-      const uint8_t* w = W + n * rb;
-      // Prefetch the next tile only when it is a full one (all its rows exist).
-      row_tiles(nr, w, rb, n, 1, n + 2 * adj <= n1 ? w + adj * rb : nullptr);
+  };
+  int64_t n_adj = n0;
+  if (M <= t.far_max_m) {
+    const int64_t nr = M == 1 ? t.far_nr_row1 : t.far_nr;
+    const int64_t q = (n1 - n0) / nr;
+    for (int64_t i = 0; i < q; ++i) {
+      const uint8_t* w = W + (n0 + i) * rb;
+      // The row far_ahead rows on in every stream.
+      row_tiles(nr, w, q * rb, n0 + i, q, i + t.far_ahead < q ? w + t.far_ahead * rb : nullptr);
     }
+    n_adj = n0 + q * nr;
+  }
+  const int64_t adj = M == 1 ? t.adj_nr_row1 : t.adj_nr;
+  for (int64_t n = n_adj; n < n1; n += adj) {
+    const int64_t nr = n1 - n < adj ? n1 - n : adj;
+    const uint8_t* w = W + n * rb;
+    // Prefetch the next tile only when it is a full one (all its rows exist).
+    row_tiles(nr, w, rb, n, 1, n + 2 * adj <= n1 ? w + adj * rb : nullptr);
   }
 }
 

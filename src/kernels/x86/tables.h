@@ -14,17 +14,29 @@ const KernelTable& avx2_table();    // defined in x86/avx2.cc   (AVX2 + FMA)
 // has avx512bf16, so gemm_nt_bf16dot runs on vdpbf16ps.
 const KernelTable& avx512_table(bool vnni, bool bf16);
 
-// The AVX2 table's int8 GEMM (x86/avx2.cc), also the AVX-512 table's on
-// CPUs without VNNI.
+// The AVX2 table's int8 GEMM and its PreparedGemm parts (x86/avx2.cc), also
+// the AVX-512 table's on CPUs without VNNI.
 void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                      float* C, int64_t ldc);
-// The AVX-512 VNNI int8 GEMM (x86/avx512_vnni.cc); call only when CPUID
-// reports avx512vnni.
-// The AVX-512 BF16 dot-product GEMM (x86/avx512_bf16.cc); call only when
-// CPUID reports avx512bf16.
+int64_t q8_row_bytes_avx2(int64_t K);
+void prepare_q8_avx2(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
+                           float* C, int64_t ldc);
+// The AVX-512 BF16 dot-product GEMM and its PreparedGemm parts
+// (x86/avx512_bf16.cc); call only when CPUID reports avx512bf16.
 void gemm_nt_bf16dot_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
                                 const uint16_t* W, int64_t ldw, float* C, int64_t ldc);
+int64_t bf16dot_row_bytes_avx512bf16(int64_t K);
+void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+void gemm_bf16dot_prepared_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                      int64_t ldw, float* C, int64_t ldc);
+// The AVX-512 VNNI int8 GEMM and its PreparedGemm parts
+// (x86/avx512_vnni.cc); call only when CPUID reports avx512vnni.
 void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                            float* C, int64_t ldc);
+int64_t q8_row_bytes_avx512vnni(int64_t K);
+void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                 int64_t ldw, float* C, int64_t ldc);
 
 }  // namespace k3::kernels

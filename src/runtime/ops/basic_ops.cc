@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/ops/fast_ops.h"
+#include "runtime/ops/prepared_rows.h"
 
 namespace k3::runtime {
 namespace {
@@ -80,6 +81,8 @@ void run_Linear(const OpCall& c) {
   const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
   const float clip = static_cast<float>(c.node->attr_float("clip", 0.0));
   const bool epilogue = bias != nullptr || scale != 1.0f || clip > 0.0f;
+  // int8 and bf16 dot kernels round x first: once here, not per thread.
+  const ActRows xa = prepare_rows(c, c.in[1].value->dtype, m, k, x, k, static_cast<uint8_t*>(c.workspace));
   c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) {
     int64_t o = 0;  // first column of output i
     for (int64_t i = 0; i < n_out && o < e; o += c.out[i].cols(), ++i) {
@@ -87,7 +90,7 @@ void run_Linear(const OpCall& c) {
       const int64_t lo = std::max(b, o) - o, hi = std::min(e, o + width) - o;  // this chunk's columns of output i
       if (lo >= hi) continue;
       float* y = c.out[i].f32();
-      gemm_weight(c.kt, m, lo, hi, k, x, k, c.in[1], y, width, o);
+      gemm_weight(c.kt, m, lo, hi, k, xa, c.in[1], y, width, o);
       if (!epilogue) continue;
       for (int64_t r = 0; r < m; ++r) {
         float* yr = y + r * width;

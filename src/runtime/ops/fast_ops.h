@@ -14,8 +14,9 @@ K3_OP_LIST(K3_OP_DECLARE_FAST)
 // from the routing table the op left in its workspace).
 int64_t moe_active_experts(const OpCall& c);
 
-// shared_ff: the shared expert's hidden width (0: none).
+// expert_dtype: the routed experts' weight dtype; shared_ff: the shared
+// expert's hidden width (0: none).
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,
-                             bool swiglu, int64_t shared_ff = 0);
+                             bool swiglu, ir::DType expert_dtype, int64_t shared_ff = 0);
 
 }  // namespace k3::runtime

@@ -8,10 +8,12 @@
 //
 // Result rows are combined per token in choice order (j = 0..top_k-1), so a
 // token's output does not depend on which other tokens share the step.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "runtime/ops/fast_ops.h"
+#include "runtime/ops/prepared_rows.h"
 #include "util/checked.h"
 
 namespace k3::runtime {
@@ -19,12 +21,13 @@ namespace {
 
 struct MoeLayout {
   // Offsets into the workspace, each 64-byte aligned.
-  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, sh_h, sh_g, sh_y, sh_logit, total;
+  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, prep, sh_h, sh_g, sh_y, sh_logit, total;
 };
 
-// s: the shared expert's hidden width (0: none). Its buffers come last so
-// the routing table's offsets do not depend on it.
-MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool swiglu, int64_t s = 0) {
+// dt: the routed experts' weight dtype. s: the shared expert's hidden width
+// (0: none). Its buffers come last so the routing table's offsets do not
+// depend on it.
+MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool swiglu, ir::DType dt, int64_t s = 0) {
   MoeLayout l{};
   uint64_t off = 0;
   auto take = [&](uint64_t bytes) {
@@ -44,6 +47,9 @@ MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool
   l.hbuf = take(tk * static_cast<uint64_t>(f) * 4);                    // [T*K, F] hidden
   l.gbuf = swiglu ? take(tk * static_cast<uint64_t>(f) * 4) : l.hbuf;  // [T*K, F] gate branch
   l.ybuf = take(tk * static_cast<uint64_t>(d) * 4);                    // [T*K, D] expert outputs
+  // [T*K] rows of xg, then of hbuf, rounded for int8 / bf16 dot kernels
+  // (prepared_rows.h); 0 bytes for other dtypes.
+  l.prep = take(std::max(prepared_bytes_bound(dt, t * k, d), prepared_bytes_bound(dt, t * k, f)));
   if (s > 0) {
     const uint64_t rows = static_cast<uint64_t>(t);
     l.sh_h = take(rows * static_cast<uint64_t>(s) * 4);  // [T, S] shared hidden
@@ -122,15 +128,15 @@ int64_t shared_ff(const OpCall& c) {
 }  // namespace
 
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,
-                             bool swiglu, int64_t shared_ff) {
-  return moe_layout(max_rows, n_experts, top_k, d_model, d_ff, swiglu, shared_ff).total;
+                             bool swiglu, ir::DType expert_dtype, int64_t shared_ff) {
+  return moe_layout(max_rows, n_experts, top_k, d_model, d_ff, swiglu, expert_dtype, shared_ff).total;
 }
 
 int64_t moe_active_experts(const OpCall& c) {
   const int64_t n_exp = c.node->attr_int("n_experts");
   if (c.node->attr_int("dense") != 0) return n_exp;  // every expert runs
   const MoeLayout l = moe_layout(c.in[0].dim(0), n_exp, c.node->attr_int("top_k"), c.in[0].cols(), c.in[2].dim(0),
-                                 c.node->attr_int("swiglu") != 0);
+                                 c.node->attr_int("swiglu") != 0, c.in[2].value->dtype);
   const int32_t* offs = at<int32_t>(c.workspace, l.offs);
   int64_t active = 0;
   for (int64_t e = 0; e < n_exp; ++e) active += offs[e + 1] > offs[e];
@@ -143,7 +149,8 @@ void run_Moe(const OpCall& c) {
   const int64_t per = ir::moe_matrices_per_expert(*c.node);
   const int64_t rows = c.in[0].rows, d = c.in[0].cols(), f = c.in[2].dim(0), max_rows = c.in[0].dim(0);
   const bool renormalize = c.node->attr_int("renormalize", 1) != 0;
-  const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu, shared_ff(c));
+  const ir::DType dt = c.in[2].value->dtype;  // every routed expert's matrices have it (weight-precision)
+  const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu, dt, shared_ff(c));
   float* logits = at<float>(c.workspace, l.logits);
   int32_t* sel = at<int32_t>(c.workspace, l.sel);
   float* wts = at<float>(c.workspace, l.wts);
@@ -204,14 +211,17 @@ void run_Moe(const OpCall& c) {
 
   // 4. Up (and gate) projections + activation; chunks of F columns of every
   //    active expert, so a chunk's columns need no barrier before the
-  //    activation.
+  //    activation. int8 and bf16 dot kernels round the rows first: once
+  //    here for all experts and chunks.
+  uint8_t* prep = at<uint8_t>(c.workspace, l.prep);
+  const ActRows xa = prepare_rows(c, dt, offs[n_exp], d, xg, d, prep);
   c.pool->parallel_for(f, 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
       const TensorArg* w = c.in + 2 + ex * per;
-      gemm_weight(c.kt, cnt, b, e, d, xg + r0 * d, d, w[0], hbuf + r0 * f, f);
-      if (swiglu) gemm_weight(c.kt, cnt, b, e, d, xg + r0 * d, d, w[1], gbuf + r0 * f, f);
+      gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[0], hbuf + r0 * f, f);
+      if (swiglu) gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[1], gbuf + r0 * f, f);
       for (int64_t r = r0; r < r0 + cnt; ++r) {
         float* h = hbuf + r * f + b;
         if (swiglu)
@@ -222,12 +232,14 @@ void run_Moe(const OpCall& c) {
     }
   });
 
-  // 5. Down projections; chunks of D columns.
+  // 5. Down projections; chunks of D columns (the hidden rows rounded once,
+  //    as in 4; the up projections' rounded rows are dead by now).
+  const ActRows ha = prepare_rows(c, dt, offs[n_exp], f, hbuf, f, prep);
   c.pool->parallel_for(d, 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
-      gemm_weight(c.kt, cnt, b, e, f, hbuf + r0 * f, f, c.in[2 + ex * per + per - 1], ybuf + r0 * d, d);
+      gemm_weight(c.kt, cnt, b, e, f, ha.from(r0), c.in[2 + ex * per + per - 1], ybuf + r0 * d, d);
     }
   });
 

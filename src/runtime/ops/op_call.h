@@ -35,6 +35,22 @@ struct OpCall {
 
 using OpFn = void (*)(const OpCall&);
 
+// The rows a product multiplies: A (lda floats apart) and, for the weight
+// dtypes whose kernels round A before multiplying (kQ8, kBF16Dot), the same
+// rows already rounded by prepare_rows (runtime/ops/prepared_rows.h), row i
+// at prepared + i * prepared_stride, or nullptr to round them in the call.
+struct ActRows {
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const uint8_t* prepared = nullptr;
+  int64_t prepared_stride = 0;
+
+  // Rows r.. of these.
+  ActRows from(int64_t r) const {
+    return {a + r * lda, lda, prepared != nullptr ? prepared + r * prepared_stride : nullptr, prepared_stride};
+  }
+};
+
 // C[M, n0..n1) = A[M, K] . W[row0 + n0 .. row0 + n1, K]^T for a weight
 // argument stored as f32 or bf16 ([N, K], dense rows; kBF16Dot rounds A to
 // bf16 too), int8 blocks
@@ -42,19 +58,27 @@ using OpFn = void (*)(const OpCall&);
 // util/panel.h): the kernel sees the rows from row0 on as a matrix of their
 // own (a Linear's split output; row0 is a multiple of 16, so panels start
 // on a panel).
-inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
-                        int64_t lda, const TensorArg& w, float* C, int64_t ldc, int64_t row0 = 0) {
+inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
+                        const TensorArg& w, float* C, int64_t ldc, int64_t row0 = 0) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const auto k = static_cast<uint64_t>(K), r = static_cast<uint64_t>(row0);
+  const float* A = x.a;
+  const int64_t lda = x.lda;
   switch (w.value->dtype) {
     case ir::DType::kBF16:
       kt->gemm_nt_bf16(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), K, C, ldc);
       break;
     case ir::DType::kBF16Dot:
-      kt->gemm_nt_bf16dot(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), K, C, ldc);
+      if (x.prepared != nullptr)
+        kt->bf16dot_prepared.gemm(M, n0, n1, K, x.prepared, base + r * k * 2, K, C, ldc);
+      else
+        kt->gemm_nt_bf16dot(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), K, C, ldc);
       break;
     case ir::DType::kQ8:
-      kt->gemm_nt_q8(M, n0, n1, K, A, lda, base + r * ir::q8_row_bytes(k), C, ldc);
+      if (x.prepared != nullptr)
+        kt->q8_prepared.gemm(M, n0, n1, K, x.prepared, base + r * ir::q8_row_bytes(k), 0, C, ldc);
+      else
+        kt->gemm_nt_q8(M, n0, n1, K, A, lda, base + r * ir::q8_row_bytes(k), C, ldc);
       break;
     case ir::DType::kBF16P16:  // row0 / 16 whole panels of 16 x K
       kt->gemm_nt_bf16p16(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), C, ldc);
@@ -65,6 +89,10 @@ inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
     default:
       kt->gemm_nt(M, n0, n1, K, A, lda, reinterpret_cast<const float*>(base + r * k * 4), K, C, ldc);
   }
+}
+inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
+                        int64_t lda, const TensorArg& w, float* C, int64_t ldc, int64_t row0 = 0) {
+  gemm_weight(kt, M, n0, n1, K, ActRows{A, lda}, w, C, ldc, row0);
 }
 
 // Optimized implementation of an op (registry.cc).
