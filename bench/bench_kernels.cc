@@ -97,6 +97,58 @@ void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Rounding M rows of K activations for the int8 or bf16 dot kernels
+// (PreparedGemm::prepare): ns per value is what each call repeated before
+// the ops rounded once (runtime/ops/prepared_rows.h).
+void bm_prepare(benchmark::State& state, const k3::kernels::PreparedGemm* pg, int64_t M, int64_t K) {
+  const auto A = random_vec(M * K);
+  std::vector<uint8_t> P(static_cast<size_t>(M * pg->row_bytes(K) + 64));
+  uint8_t* p = P.data() + (64 - reinterpret_cast<uintptr_t>(P.data()) % 64) % 64;
+  for (auto _ : state) {
+    pg->prepare(M, K, A.data(), K, p);
+    benchmark::DoNotOptimize(p);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * M * K);
+}
+
+// One thread's share of a k3-base int8 MoE down projection at prefill: 8
+// experts of 32 rows, K 1536, the 512 output columns in 4 chunks (a 2-thread
+// parallel_for), weights rotated through > 64 MiB so they come from DRAM.
+// per_chunk: each chunk's call rounds its rows (gemm_nt_q8); prepared: the
+// rows are rounded once and the chunks multiply them (what the MoE op does).
+void bm_q8_moe_down(benchmark::State& state, const KernelTable* t, bool prepared) {
+  constexpr int64_t E = 8, M = 32, N = 512, K = 1536, chunks = 4;
+  const auto rb = static_cast<int64_t>(k3::ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  const int64_t copies = (int64_t{64} << 20) / (E * N * rb) + 1;
+  const auto Wf = random_vec(N * K);
+  std::vector<uint8_t> W(static_cast<size_t>(copies * E * N * rb));
+  for (int64_t c = 0; c < copies * E; ++c)
+    for (int64_t n = 0; n < N; ++n) k3::quantize_q8_row(Wf.data() + n * K, K, W.data() + (c * N + n) * rb);
+  const auto A = random_vec(E * M * K);
+  const int64_t prb = t->q8_prepared.row_bytes(K);
+  std::vector<uint8_t> P(static_cast<size_t>(E * M * prb + 64));
+  uint8_t* p = P.data() + (64 - reinterpret_cast<uintptr_t>(P.data()) % 64) % 64;
+  std::vector<float> C(static_cast<size_t>(E * M * N));
+  int64_t i = 0;
+  for (auto _ : state) {
+    const uint8_t* w = W.data() + (i++ % copies) * E * N * rb;
+    if (prepared) t->q8_prepared.prepare(E * M, K, A.data(), K, p);
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t n0 = c * N / chunks, n1 = (c + 1) * N / chunks;
+        if (prepared)
+          t->q8_prepared.gemm(M, n0, n1, K, p + e * M * prb, w + e * N * rb, 0, C.data() + e * M * N, N);
+        else
+          t->gemm_nt_q8(M, n0, n1, K, A.data() + e * M * K, K, w + e * N * rb, C.data() + e * M * N, N);
+      }
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(E * M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // As bm_gemm / bm_gemm_bf16 with W in the panel layout (util/panel.h;
 // `k3 compile --weight-layout panels`); N % 16 == 0 in every shape below,
 // so a packed copy has the rows' size.
@@ -193,6 +245,12 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
                                    int64_t{1});
     }
+    benchmark::RegisterBenchmark((prefix + "/prepare_q8/M32_K1536").c_str(), bm_prepare, &t->q8_prepared, int64_t{32},
+                                 int64_t{1536});
+    benchmark::RegisterBenchmark((prefix + "/prepare_bf16dot/M32_K1536").c_str(), bm_prepare, &t->bf16dot_prepared,
+                                 int64_t{32}, int64_t{1536});
+    benchmark::RegisterBenchmark((prefix + "/q8_moe_down/per_chunk").c_str(), bm_q8_moe_down, t, false);
+    benchmark::RegisterBenchmark((prefix + "/q8_moe_down/prepared").c_str(), bm_q8_moe_down, t, true);
     for (int64_t len : {128, 1024}) {
       benchmark::RegisterBenchmark((prefix + "/attend/len" + std::to_string(len) + "_hd64").c_str(), bm_attend, t, len,
                                    int64_t{64}, int64_t{1});

@@ -25,9 +25,9 @@ std::string_view isa_name(Isa isa);
 // (gemm_nt_q8, gemm_nt_bf16dot), split from the product for callers that
 // multiply the same rows by several matrices or column ranges: a Linear's
 // threads each take a range of columns, a MoE runs one product per expert.
-// Rounded once, the rows serve them all; rounded per call, a 32-row product
-// of 128 columns at K = 1536 (a k3-base expert's down projection on one
-// thread's chunk) spent a quarter of its time rounding its rows again.
+// Rounded once, the rows serve them all: one thread's share of a k3-base
+// int8 MoE down projection took 7-17% less time than with every chunk
+// rounding its rows (bench_kernels avx512/q8_moe_down/*).
 //   prepare: M rows of A (stride lda) -> P, row i at P + i * row_bytes(K), in
 //            the table's own layout (P 64-byte aligned; row_bytes keeps the
 //            rows as aligned as the layout needs, so rows b.. may be
