@@ -30,37 +30,40 @@ alignas(4096) uint8_t g_buf[1 << 20];
 // W rows 544 bytes apart (an int8 row of K 512 with its scales), A rows 640
 // (a prepared VNNI row), accumulators' reload area at 196608, f32 sums at
 // 262144, constants at 327680: the 0x80 bytes, a scale, 1.5 * 2^23.
-#define K3_W "vpxord 0(%[p],%%rax),%%zmm31,%%zmm0\n vpxord 544(%[p],%%rax),%%zmm31,%%zmm1\n" \
-             "vpxord 1088(%[p],%%rax),%%zmm31,%%zmm2\n vpxord 1632(%[p],%%rax),%%zmm31,%%zmm3\n"
-#define K3_ROW(off, a, b, c, d)                                                                                \
+#define K3_W                                                                      \
+  "vpxord 0(%[p],%%rax),%%zmm31,%%zmm0\n vpxord 544(%[p],%%rax),%%zmm31,%%zmm1\n" \
+  "vpxord 1088(%[p],%%rax),%%zmm31,%%zmm2\n vpxord 1632(%[p],%%rax),%%zmm31,%%zmm3\n"
+#define K3_ROW(off, a, b, c, d)                                                                                  \
   "vmovdqu64 " #off "(%[p],%%rax),%%zmm4\n vpdpbusd %%zmm4,%%zmm0,%%zmm" #a "\n vpdpbusd %%zmm4,%%zmm1,%%zmm" #b \
   "\n vpdpbusd %%zmm4,%%zmm2,%%zmm" #c "\n vpdpbusd %%zmm4,%%zmm3,%%zmm" #d "\n"
-#define K3_STEP                                                                                          \
+#define K3_STEP                                                                                \
   K3_W K3_ROW(65536, 8, 9, 10, 11) K3_ROW(66176, 12, 13, 14, 15) K3_ROW(66816, 16, 17, 18, 19) \
       K3_ROW(67456, 20, 21, 22, 23)
 #define K3_ACCS(op) \
   op(8) op(9) op(10) op(11) op(12) op(13) op(14) op(15) op(16) op(17) op(18) op(19) op(20) op(21) op(22) op(23)
 #define K3_RELOAD(r) "vmovdqa64 196608+64*(" #r "-8)(%[p]),%%zmm" #r "\n"
 #define K3_CVT(r) "vcvtdq2ps %%zmm" #r ",%%zmm" #r "\n vmovaps %%zmm" #r ",262144+64*(" #r "-8)(%[p])\n"
-#define K3_CVT_FMA(r) \
+#define K3_CVT_FMA(r)                                                                                                 \
   "vcvtdq2ps %%zmm" #r ",%%zmm" #r "\n vfmadd213ps 262144+64*(" #r "-8)(%[p]),%%zmm30,%%zmm" #r "\n vmovaps %%zmm" #r \
   ",262144+64*(" #r "-8)(%[p])\n"
-#define K3_SUB_FMA(r)                                                                                          \
-  "vsubps %%zmm29,%%zmm" #r ",%%zmm" #r "\n vfmadd213ps 262144+64*(" #r "-8)(%[p]),%%zmm30,%%zmm" #r "\n vmovaps " \
+#define K3_SUB_FMA(r)                                                                                \
+  "vsubps %%zmm29,%%zmm" #r ",%%zmm" #r "\n vfmadd213ps 262144+64*(" #r "-8)(%[p]),%%zmm30,%%zmm" #r \
+  "\n vmovaps "                                                                                      \
   "%%zmm" #r ",262144+64*(" #r "-8)(%[p])\n"
-#define K3_CLOBBERS                                                                                                  \
-  "rax", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", \
-      "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm29", "xmm30", "xmm31"
+#define K3_CLOBBERS                                                                                               \
+  "rax", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",    \
+      "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm29", "xmm30", \
+      "xmm31"
 // One group (8 k steps of 64 bytes) per outer iteration; `before` and
 // `after` run around it.
-#define K3_LOOP(before, after)                                                                       \
-  asm volatile(                                                                                      \
-      "vpbroadcastd 327680(%[p]),%%zmm31\n vbroadcastss 327684(%[p]),%%zmm30\n"                       \
-      "vbroadcastss 327688(%[p]),%%zmm29\n"                                                           \
-      "1:\n" before "xor %%rax,%%rax\n 2:\n" K3_STEP "add $64,%%rax\n cmp $512,%%rax\n jne 2b\n" after       \
-      "dec %[n]\n jnz 1b\n"                                                                          \
-      : [n] "+r"(n)                                                                                  \
-      : [p] "r"(g_buf)                                                                               \
+#define K3_LOOP(before, after)                                                                         \
+  asm volatile(                                                                                        \
+      "vpbroadcastd 327680(%[p]),%%zmm31\n vbroadcastss 327684(%[p]),%%zmm30\n"                        \
+      "vbroadcastss 327688(%[p]),%%zmm29\n"                                                            \
+      "1:\n" before "xor %%rax,%%rax\n 2:\n" K3_STEP "add $64,%%rax\n cmp $512,%%rax\n jne 2b\n" after \
+      "dec %[n]\n jnz 1b\n"                                                                            \
+      : [n] "+r"(n)                                                                                    \
+      : [p] "r"(g_buf)                                                                                 \
       : K3_CLOBBERS)
 
 #define K3_DP_REG(r) "vpdpbusd %%zmm0,%%zmm1,%%zmm" #r "\n"
