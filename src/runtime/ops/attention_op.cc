@@ -29,8 +29,14 @@ void run_CachedAttention(const OpCall& c) {
   // The scale attr (e.g. Granite's attention_multiplier) or 1/sqrt(hd).
   const double scale_attr = c.node->attr_float("scale", 0.0);
   const float scale = scale_attr > 0.0 ? static_cast<float>(scale_attr) : 1.0f / std::sqrt(static_cast<float>(hd));
-  c.pool->parallel_for(rows * hq, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
+  // Rows (token, head) last first: in a prefill chunk a later token attends
+  // more positions, so the threads claim the longest rows first and the
+  // short ones even out the end (a thread that took the first quarter of
+  // the rows in order finished long before the one with the last).
+  const int64_t n = rows * hq;
+  c.pool->parallel_for(n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t i = n - 1 - r;
       const int64_t t = i / hq, h = i % hq, g = h / group;
       c.kt->attend(c.in[0].f32() + i * hd, row(kc, slot[t], g), row(vc, slot[t], g), pos[t] + 1, hd, hd, scale,
                    c.out[0].f32() + i * hd);
