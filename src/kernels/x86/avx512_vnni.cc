@@ -46,6 +46,40 @@ constexpr int64_t kQ8ActBytes = 40;  // per block of a prepared row: 32 int8, f3
 constexpr int64_t kQ8FarAhead = 2;
 constexpr auto kQ8Hint = _MM_HINT_T0;
 
+// A full group of 16 blocks (512 int8 in natural order, as prepare_row_q8
+// rounds them) -> the kQ8 interleave (q8_drive.h, q8_interleave_group): word
+// t of block l (4 bytes) goes to word 16 t + l. That is a transpose of a
+// 16 x 8 matrix of words. Held in 8 registers of 16 words, word 8 l + t is
+// register l / 2, lane 8 (l % 2) + t; it must end in register t, lane l.
+// Each of three permute stages swaps one bit of the register index with one
+// bit of the lane index (l1 with t0, l2 with t1, l3 with t2), combining the
+// pairs of registers that differ in that bit; the last stage also puts the
+// lanes in block order. 24 two-source permutes replace 128 4-byte copies.
+// (The index vectors come from simulating the three layouts.)
+inline void q8_interleave_group16(const uint8_t* blocks, uint8_t* out) {
+  __m512i z[8];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) z[p] = _mm512_load_si512(blocks + 64 * p);
+  // One stage: registers r and r | bit -> lanes chosen by lo (into r) and
+  // lo + step (into r | bit); an index >= 16 takes lane index - 16 of the
+  // second register.
+  auto stage = [&z](int bit, __m512i lo, int step) {
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(step));
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      if (r & bit) continue;
+      const __m512i a = z[r], b = z[r | bit];
+      z[r] = _mm512_permutex2var_epi32(a, lo, b);
+      z[r | bit] = _mm512_permutex2var_epi32(a, hi, b);
+    }
+  };
+  stage(1, _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30), 1);
+  stage(2, _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29), 2);
+  stage(4, _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27), 4);
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) _mm512_storeu_si512(out + 64 * t, z[t]);
+}
+
 // One row of A -> its prepared form: K int8 in the weights' interleaved
 // order, then K/32 f32 scales, then K/32 int32 offsets (-128 * block sum).
 // Blocks are rounded in natural order into a group buffer, then interleaved.
@@ -81,7 +115,10 @@ void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
       _mm_store_si128(reinterpret_cast<__m128i*>(blocks + l * 32), _mm512_cvtepi32_epi8(q0));  // |q| <= 127: exact
       _mm_store_si128(reinterpret_cast<__m128i*>(blocks + l * 32 + 16), _mm512_cvtepi32_epi8(q1));
     }
-    q8_interleave_group(blocks, r, out + g * 512);
+    if (r == 16)
+      q8_interleave_group16(blocks, out + g * 512);
+    else
+      q8_interleave_group(blocks, r, out + g * 512);
   }
 }
 
