@@ -1,0 +1,216 @@
+"""The CPU speed targets (docs/performance.md) in one command, over rounds.
+
+Usage (from the repository root)::
+
+    python3 bench/targets.py --model DIR [--rounds 3] [--threads 2]
+        [--precisions fp32,bf16,int8] [--batches 1,4,8] [--prompt-len 128]
+        [--gen-len 32] [--repeat 3] [--workdir DIR] [--json FILE] [--markdown FILE]
+
+DIR is a checkpoint (``k3 init-model --preset k3-base --out DIR``). The
+script compiles it once per precision, shaped for the largest batch
+(``k3 compile --precision P --input-shape batch=B,seq=PROMPT,ctx=PROMPT+GEN``),
+then runs every round:
+
+* decode: ``k3 bench --compare <the models> -b 1,4,8 -p PROMPT -n GEN
+  --temperature 0`` -- per precision and batch, the run's GB/s over the read
+  bandwidth probed right after it (``% of read bandwidth``), which is the
+  step's bound (the bytes it must read / bandwidth) over its time;
+* prefill: ``k3 profile --phase prefill --context PROMPT`` per precision --
+  the step's GFLOP/s over the peak of its precision (``step_peak_fraction``).
+
+Goals: batch-1 decode at 85% of read bandwidth for fp32 and bf16, 80% for
+int8; larger batches within 15% of their bound (1 / 1.15 = 87%); prefill at
+50% of peak. The table gives each round's value, the median over rounds
+and whether the median meets the goal. The host this was written on drifts
+by half within minutes, so one round proves little; the medians of several
+are what to quote. Nothing but the standard library and the k3 binary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+
+DECODE_B1_GOAL = {"fp32": 0.85, "bf16": 0.85, "int8": 0.80}
+BATCH_GOAL = 1.0 / 1.15  # step time within 15% of its bound
+PREFILL_GOAL = 0.50
+
+
+@dataclass
+class Target:
+    """One row of the table: a measured fraction per round against a goal."""
+
+    name: str
+    goal: float
+    values: list[Optional[float]] = field(default_factory=list)
+
+    def median(self) -> Optional[float]:
+        seen = [v for v in self.values if v is not None]
+        return statistics.median(seen) if seen else None
+
+    def holds(self) -> Optional[bool]:
+        m = self.median()
+        return None if m is None else m >= self.goal
+
+
+def decode_goal(precision: str, batch: int) -> float:
+    return DECODE_B1_GOAL[precision] if batch == 1 else BATCH_GOAL
+
+
+def make_targets(precisions: Sequence[str], batches: Sequence[int]) -> dict[str, Target]:
+    """Rows in table order, keyed by name."""
+    rows: dict[str, Target] = {}
+    for b in batches:
+        for p in precisions:
+            name = f"decode b{b} {p}: % of read bandwidth"
+            rows[name] = Target(name, decode_goal(p, b))
+    for p in precisions:
+        name = f"prefill {p}: % of {p} peak"
+        rows[name] = Target(name, PREFILL_GOAL)
+    return rows
+
+
+def add_round(
+    rows: dict[str, Target],
+    bench_json: dict,
+    profiles: dict[str, dict],
+    labels: dict[str, str],
+) -> None:
+    """Appends one round's values. bench_json: k3 bench --json output;
+    profiles: precision -> k3 profile --json output; labels: k3 bench's
+    label of each precision's model. A missing value is recorded as None."""
+    by_key = {(r["label"], int(r["batch"])): r for r in bench_json.get("results", [])}
+    for row in rows.values():
+        kind, rest = row.name.split(" ", 1)
+        if kind == "decode":
+            b_text, prec = rest.split(":")[0].split(" ")
+            r = by_key.get((labels[prec], int(b_text[1:])))
+            frac = None if r is None else r.get("read_bandwidth_fraction")
+            row.values.append(frac if isinstance(frac, (int, float)) and frac >= 0 else None)
+        else:
+            prec = rest.split(":")[0]
+            frac = profiles.get(prec, {}).get("step_peak_fraction")
+            row.values.append(frac if isinstance(frac, (int, float)) and frac > 0 else None)
+
+
+def _pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{100.0 * v:.1f}"
+
+
+def markdown_table(rows: dict[str, Target], n_rounds: int) -> str:
+    head = ["target"] + [f"round {i + 1}" for i in range(n_rounds)] + ["median", "goal", "holds"]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 2) + "|---|"]
+    for row in rows.values():
+        holds = row.holds()
+        cells = [row.name] + [_pct(v) for v in row.values] + [_pct(row.median()), _pct(row.goal)]
+        cells.append("-" if holds is None else ("yes" if holds else "no"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def k3_binary(explicit: Optional[str]) -> Path:
+    path = Path(explicit or os.environ.get("K3_BIN", REPO / "build" / "bin" / "k3"))
+    if not path.exists():
+        raise SystemExit(f"targets.py: k3 binary not found at {path} (build it, or pass --k3-bin)")
+    return path
+
+
+def run(cmd: Sequence[str]) -> str:
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if done.returncode != 0:
+        msg = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise SystemExit(f"targets.py: {Path(str(cmd[0])).name} {cmd[1]} failed: {msg}")
+    return done.stdout
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="checkpoint directory (config.json + model.safetensors)")
+    ap.add_argument("--precisions", default="fp32,bf16,int8")
+    ap.add_argument("--batches", default="1,4,8")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--gen-len", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=3, help="k3 bench runs per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workdir", help="where the compiled models go (default: a temporary directory)")
+    ap.add_argument("--k3-bin", help="k3 binary (default $K3_BIN, else build/bin/k3)")
+    ap.add_argument("--json", help="write settings and every round's values here")
+    ap.add_argument("--markdown", help="write the table here too")
+    return ap
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_arg_parser().parse_args(argv)
+    precisions = [p for p in args.precisions.split(",") if p]
+    for p in precisions:
+        if p not in DECODE_B1_GOAL:
+            raise SystemExit(f"targets.py: unknown precision '{p}' (fp32, bf16 or int8)")
+    try:
+        batches = sorted({int(b) for b in args.batches.split(",") if b})
+    except ValueError:
+        raise SystemExit(f"targets.py: --batches wants integers, got '{args.batches}'")
+    if not batches or batches[0] < 1 or args.rounds < 1 or args.prompt_len < 1 or args.gen_len < 2:
+        raise SystemExit("targets.py: batches, rounds and prompt length must be >= 1, gen length >= 2")
+    k3 = k3_binary(args.k3_bin)
+    tmp = None if args.workdir else tempfile.TemporaryDirectory(prefix="k3-targets-")
+    work = Path(args.workdir or tmp.name)  # type: ignore[union-attr]
+    work.mkdir(parents=True, exist_ok=True)
+    shape = f"batch={batches[-1]},seq={args.prompt_len},ctx={args.prompt_len + args.gen_len}"
+    models = {}
+    for p in precisions:
+        models[p] = work / f"{p}-b{batches[-1]}.k3m"
+        print(f"compiling {models[p].name} ({shape})", file=sys.stderr)
+        run([k3, "compile", args.model, "--out", models[p], "--precision", p, "--input-shape", shape])
+    labels = {p: models[p].name for p in precisions}
+    rows = make_targets(precisions, batches)
+    raw: list[dict] = []
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+        bench_out = work / f"bench-{r}.json"
+        run([k3, "bench", "--compare", ",".join(str(models[p]) for p in precisions),
+             "-b", ",".join(map(str, batches)), "-p", args.prompt_len, "-n", args.gen_len, "-r", args.repeat,
+             "--warmup", 1, "--temperature", 0, "-t", args.threads, "--json", bench_out])  # fmt: skip
+        bench_json = json.loads(bench_out.read_text())
+        profiles = {}
+        for p in precisions:
+            out = run([k3, "profile", "-m", models[p], "--phase", "prefill", "--context", args.prompt_len,
+                       "--steps", 5, "--warmup", 2, "-t", args.threads, "--json"])  # fmt: skip
+            profiles[p] = json.loads(out)
+        add_round(rows, bench_json, profiles, labels)
+        raw.append({"bench": bench_json, "profiles": profiles})
+    table = markdown_table(rows, args.rounds)
+    print(table, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "settings": vars(args),
+                    "targets": [
+                        {"name": t.name, "goal": t.goal, "values": t.values, "median": t.median(), "holds": t.holds()}
+                        for t in rows.values()
+                    ],
+                    "rounds": raw,
+                },
+                indent=1,
+            )
+        )
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

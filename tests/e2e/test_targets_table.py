@@ -1,0 +1,100 @@
+"""bench/targets.py's aggregation: each round's fractions are read from the
+k3 bench and k3 profile JSON of that round, the median over rounds is judged
+against the target's goal, and missing values stay missing instead of
+counting as zero."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _targets():
+    spec = importlib.util.spec_from_file_location("targets", REPO / "bench" / "targets.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["targets"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+LABELS = {"bf16": "bf16-b4.k3m", "int8": "int8-b4.k3m"}
+
+
+def _bench(bf16_b1: float, bf16_b4: float, int8_b1: float, int8_b4: float | None) -> dict:
+    results = [
+        {"label": "bf16-b4.k3m", "batch": 1, "read_bandwidth_fraction": bf16_b1},
+        {"label": "bf16-b4.k3m", "batch": 4, "read_bandwidth_fraction": bf16_b4},
+        {"label": "int8-b4.k3m", "batch": 1, "read_bandwidth_fraction": int8_b1},
+    ]
+    if int8_b4 is not None:
+        results.append({"label": "int8-b4.k3m", "batch": 4, "read_bandwidth_fraction": int8_b4})
+    return {"results": results}
+
+
+def _profiles(bf16: float, int8: float) -> dict:
+    return {"bf16": {"step_peak_fraction": bf16}, "int8": {"step_peak_fraction": int8}}
+
+
+def test_goals_per_precision_and_batch() -> None:
+    t = _targets()
+    rows = t.make_targets(["bf16", "int8"], [1, 4])
+    goals = {name: row.goal for name, row in rows.items()}
+    assert goals["decode b1 bf16: % of read bandwidth"] == 0.85
+    assert goals["decode b1 int8: % of read bandwidth"] == 0.80
+    assert abs(goals["decode b4 int8: % of read bandwidth"] - 1 / 1.15) < 1e-12
+    assert goals["prefill int8: % of int8 peak"] == 0.5
+    assert list(rows)[0].startswith("decode b1") and list(rows)[-1].startswith("prefill int8")
+
+
+def test_medians_over_rounds_decide_and_missing_values_stay_missing() -> None:
+    t = _targets()
+    rows = t.make_targets(["bf16", "int8"], [1, 4])
+    # bf16 batch 1 is above its goal in two of three rounds; int8 batch 4
+    # has no result in round 2 (its median is over the two rounds it has).
+    t.add_round(rows, _bench(0.90, 0.80, 0.70, 0.90), _profiles(0.45, 0.20), LABELS)
+    t.add_round(rows, _bench(0.60, 0.88, 0.75, None), _profiles(0.55, 0.30), LABELS)
+    t.add_round(rows, _bench(0.86, 0.85, 0.81, 0.70), {"bf16": {"step_peak_fraction": 0.52}}, LABELS)
+    b1 = rows["decode b1 bf16: % of read bandwidth"]
+    assert b1.values == [0.90, 0.60, 0.86] and b1.median() == 0.86 and b1.holds()
+    b4 = rows["decode b4 int8: % of read bandwidth"]
+    assert b4.values == [0.90, None, 0.70] and abs(b4.median() - 0.80) < 1e-12 and b4.holds() is False
+    pre = rows["prefill int8: % of int8 peak"]
+    assert pre.values == [0.20, 0.30, None] and abs(pre.median() - 0.25) < 1e-12 and not pre.holds()
+    assert rows["prefill bf16: % of bf16 peak"].holds()
+
+    table = t.markdown_table(rows, 3)
+    lines = table.splitlines()
+    assert lines[0] == "| target | round 1 | round 2 | round 3 | median | goal | holds |"
+    assert "| decode b4 int8: % of read bandwidth | 90.0 | - | 70.0 | 80.0 | 87.0 | no |" in lines
+    assert "| decode b1 bf16: % of read bandwidth | 90.0 | 60.0 | 86.0 | 86.0 | 85.0 | yes |" in lines
+
+
+def test_a_target_with_no_value_is_undecided() -> None:
+    t = _targets()
+    rows = t.make_targets(["int8"], [1])
+    t.add_round(rows, {"results": []}, {}, {"int8": "int8-b1.k3m"})
+    row = rows["decode b1 int8: % of read bandwidth"]
+    assert row.median() is None and row.holds() is None
+    assert "| - | - | 80.0 | - |" in t.markdown_table(rows, 1)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--precisions", "fp16"], "unknown precision 'fp16'"),
+        (["--batches", "1,x"], "--batches wants integers"),
+        (["--rounds", "0"], "must be >= 1"),
+        (["--gen-len", "1"], "gen length >= 2"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(argv: list[str], message: str) -> None:
+    t = _targets()
+    with pytest.raises(SystemExit) as e:
+        t.main(["--model", "unused"] + argv)
+    assert message in str(e.value)
