@@ -735,6 +735,36 @@ double ReadProbe::measure(int reps) {
   return best;
 }
 
+struct PeakProbe::Impl {
+  explicit Impl(int threads) : pool(threads), loops(loops_for_cpu()) {}
+  ThreadPool pool;
+  Loops loops;
+};
+
+PeakProbe::PeakProbe(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PeakProbe::~PeakProbe() = default;
+
+StatusOr<std::unique_ptr<PeakProbe>> PeakProbe::create(int threads) {
+  if (threads < 1) return invalid_argument("peak probe: threads must be at least 1, got " + std::to_string(threads));
+  return std::unique_ptr<PeakProbe>(new PeakProbe(std::make_unique<Impl>(threads)));
+}
+
+int PeakProbe::threads() const {
+  return impl_->pool.size();
+}
+
+StatusOr<PeaksNow> PeakProbe::measure(double seconds, int runs) {
+  if (runs < 1) return invalid_argument("peak probe: runs must be at least 1");
+  if (!(seconds > 0) || seconds > 10) return invalid_argument("peak probe: seconds must be in (0, 10]");
+  PeaksNow p;
+  ThreadPool& pool = impl_->pool;
+  p.fp32_gflops =
+      peak_ops_per_s(pool, seconds, runs, impl_->loops.fma != nullptr ? impl_->loops.fma : scalar_fma_loop) / 1e9;
+  if (cpu_has_bf16()) p.bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::dpbf16_loop_avx512) / 1e9;
+  if (cpu_has_vnni()) p.int8_gops = peak_ops_per_s(pool, seconds, runs, detail::dpbusd_loop_avx512) / 1e9;
+  return p;
+}
+
 StatusOr<SysInfo> load_or_measure_sysinfo(int max_threads, bool refresh) {
   MeasureOptions o;
   o.max_threads = max_threads;

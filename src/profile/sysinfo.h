@@ -115,6 +115,37 @@ class ReadProbe {
   std::unique_ptr<Impl> impl_;
 };
 
+// Compute peaks measured now, every thread of the probe's pool running the
+// register-resident loop at once (as a prefill step uses them), in G(FL)OP/s
+// summed over the threads; 0 where this CPU lacks the units. Cores shared
+// with other tenants run slower for minutes at a time, so k3 profile --phase
+// prefill judges its step against peaks taken right after it rather than
+// sysinfo's cached ones. Like ReadProbe it owns its threads: create it
+// before anything pins the calling thread.
+struct PeaksNow {
+  double fp32_gflops = 0;
+  double bf16_gflops = 0;  // vdpbf16ps
+  double int8_gops = 0;    // vpdpbusd
+};
+
+class PeakProbe {
+ public:
+  static StatusOr<std::unique_ptr<PeakProbe>> create(int threads);
+  ~PeakProbe();
+  PeakProbe(const PeakProbe&) = delete;
+  PeakProbe& operator=(const PeakProbe&) = delete;
+
+  // Best of `runs` runs of about `seconds` each, per precision (sysinfo's
+  // method). seconds in (0, 10], runs >= 1.
+  StatusOr<PeaksNow> measure(double seconds = 0.01, int runs = 10);
+  int threads() const;
+
+ private:
+  struct Impl;
+  explicit PeakProbe(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 namespace detail {
 // Per-ISA loops (src/profile/x86/peak_*.cc, built with their own flags; the
 // callers check CPUID first). Each returns a value derived from everything it

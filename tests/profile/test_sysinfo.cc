@@ -191,6 +191,23 @@ TEST(ReadProbe, MeasuresAPositiveRateAndRejectsBadOptions) {
   EXPECT_FALSE(ReadProbe::create(1, 1024).ok());
 }
 
+TEST(PeakProbe, MeasuresThePeaksThisCpuHasAndRejectsBadOptions) {
+  auto probe = PeakProbe::create(2);
+  ASSERT_TRUE(probe.ok()) << probe.status().message();
+  EXPECT_EQ((*probe)->threads(), 2);
+  auto now = (*probe)->measure(0.002, 2);
+  ASSERT_TRUE(now.ok()) << now.status().message();
+  EXPECT_TRUE(std::isfinite(now->fp32_gflops) && now->fp32_gflops > 0) << now->fp32_gflops;
+  // The dot-product peaks exist exactly where sysinfo finds the units.
+  auto si = measure_sysinfo(small_options());
+  ASSERT_TRUE(si.ok()) << si.status().message();
+  EXPECT_EQ(now->bf16_gflops > 0, si->bf16_gflops_per_core.has_value());
+  EXPECT_EQ(now->int8_gops > 0, si->int8_gops_per_core.has_value());
+  EXPECT_FALSE((*probe)->measure(0.0, 2).ok());
+  EXPECT_FALSE((*probe)->measure(0.002, 0).ok());
+  EXPECT_FALSE(PeakProbe::create(0).ok());
+}
+
 TEST(SysInfo, BestReadUsesNearestMeasuredThreadCount) {
   SysInfo s;
   EXPECT_EQ(s.best_read_gb_per_s(1), 0.0);

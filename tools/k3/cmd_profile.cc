@@ -101,6 +101,13 @@ int run_profile(const ProfileFlags& f) {
     auto p = profile::ReadProbe::create(engine_threads(f.threads, f.cpus));
     if (p.ok()) probe = std::move(p).value();
   }
+  // Prefill is compute-bound: its peaks are re-measured too (sysinfo.h,
+  // PeakProbe), with threads made here for the same reason.
+  std::unique_ptr<profile::PeakProbe> peak_probe;
+  if (!f.no_limits && f.phase == "prefill") {
+    auto p = profile::PeakProbe::create(engine_threads(f.threads, f.cpus));
+    if (p.ok()) peak_probe = std::move(p).value();
+  }
   auto engine = runtime::Engine::load(f.model, *eo);
   if (!engine.ok()) return report(engine.status());
   runtime::Engine& e = **engine;
@@ -124,6 +131,15 @@ int run_profile(const ProfileFlags& f) {
   if (probe != nullptr && probe->threads() == e.threads() && lim.read_gb_per_s > 0) {
     lim.read_gb_per_s = probe->measure();
     lim.source += "; read bandwidth re-measured after the profiled steps";
+  }
+  if (peak_probe != nullptr && peak_probe->threads() == e.threads() && lim.peak_gflops > 0) {
+    auto now = peak_probe->measure();
+    if (now.ok() && now->fp32_gflops > 0) {
+      lim.peak_gflops = now->fp32_gflops;
+      if (now->bf16_gflops > 0) lim.bf16_peak_gflops = now->bf16_gflops;
+      if (now->int8_gops > 0) lim.int8_peak_gops = now->int8_gops;
+      lim.source += "; compute peaks re-measured after the profiled steps, all threads at once";
+    }
   }
   const profile::ProfileReport rep = profile::build_report(*run->profiler, lim);
   if (!f.trace.empty()) {
