@@ -139,6 +139,12 @@ struct KernelTable {
   // Single pass with an online softmax (no scratch, no allocation).
   void (*attend)(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
                  float* out);
+  // attend over a bf16 cache (k3 compile --kv-dtype bf16): K and V rows
+  // hold bf16 values (stride in elements), widened exactly to f32 as they
+  // are read; q, the scores and the output stay f32. Results equal attend's
+  // on the widened rows up to the summation order.
+  void (*attend_bf16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd, int64_t stride,
+                      float scale, float* out);
 };
 
 // The scalar reference table (always available).

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -816,6 +817,44 @@ TEST_P(KernelTest, AttendMatchesReference) {
       const std::vector<float> kl(k.begin(), k.begin() + static_cast<ptrdiff_t>(size));
       const std::vector<float> vl(v.begin(), v.begin() + static_cast<ptrdiff_t>(size));
       check_attend(t(), q, kl, vl, len, hd, stride, scale, 5e-6f);
+    }
+  }
+}
+
+// A bf16 cache row is read by widening each value exactly, so attend_bf16
+// over bf16 rows must give, bit for bit, what the same table's attend gives
+// over those rows widened to f32 (and hence match the reference as attend
+// does). hd covers the SIMD tails (AVX2 copies a partial bf16 vector through
+// the stack) and the fallback past the register-resident widths (300).
+TEST_P(KernelTest, AttendBf16IsAttendOnTheWidenedRows) {
+  std::mt19937 rng(11);
+  for (int64_t hd : {64, 16, 80, 1, 3, 136, 300}) {
+    const int64_t stride = hd + 5;
+    const int64_t max_len = hd <= 136 ? 70 : 20;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+    const auto kf = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
+    const auto vf = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng);
+    std::vector<uint16_t> k16(kf.size()), v16(vf.size());
+    std::vector<float> kw(kf.size()), vw(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) {
+      k16[i] = f32_to_bf16(kf[i]);
+      v16[i] = f32_to_bf16(vf[i]);
+      kw[i] = bf16_to_f32(k16[i]);
+      vw[i] = bf16_to_f32(v16[i]);
+    }
+    for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{4}, int64_t{13}, max_len}) {
+      // Exact-size copies so the last row of a shorter cache ends the buffer.
+      const size_t size = len == 0 ? 0 : strided_size(len, hd, stride);
+      const std::vector<uint16_t> kl(k16.begin(), k16.begin() + static_cast<ptrdiff_t>(size));
+      const std::vector<uint16_t> vl(v16.begin(), v16.begin() + static_cast<ptrdiff_t>(size));
+      std::vector<float> got(static_cast<size_t>(hd), 5.0f), want(static_cast<size_t>(hd), 6.0f);
+      t().attend_bf16(q.data(), kl.data(), vl.data(), len, hd, stride, scale, got.data());
+      t().attend(q.data(), kw.data(), vw.data(), len, hd, stride, scale, want.data());
+      for (int64_t i = 0; i < hd; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[static_cast<size_t>(i)]),
+                  std::bit_cast<uint32_t>(want[static_cast<size_t>(i)]))
+            << "hd=" << hd << " len=" << len << " i=" << i;
     }
   }
 }

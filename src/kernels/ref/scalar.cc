@@ -197,16 +197,25 @@ void axpy(float alpha, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-// q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd].
+inline float cache_value(float x) {
+  return x;
+}
+inline float cache_value(uint16_t x) {
+  return bf16_to_f32(x);
+}
+
+// q: [hd]; k, v: [len, hd] with row stride `stride` elements (f32, or bf16
+// widened as read); out: [hd].
 // Two passes over the cache instead of an online softmax, so this oracle is
 // independent of the tricks the SIMD versions use: pass 1 finds the maximum
 // score, pass 2 recomputes each score and accumulates exp(s - max) * V[j].
 // len == 0 yields zeros (an empty weighted sum).
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
-            float* out) {
+template <class T>
+void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                 float* out) {
   auto score = [&](int64_t j) {
     float dot = 0.0f;
-    for (int64_t i = 0; i < hd; ++i) dot += q[i] * k[j * stride + i];
+    for (int64_t i = 0; i < hd; ++i) dot += q[i] * cache_value(k[j * stride + i]);
     return scale * dot;
   };
   for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
@@ -217,9 +226,18 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
   for (int64_t j = 0; j < len; ++j) {
     const float p = std::exp(score(j) - max_s);
     sum += p;
-    for (int64_t i = 0; i < hd; ++i) out[i] += p * v[j * stride + i];
+    for (int64_t i = 0; i < hd; ++i) out[i] += p * cache_value(v[j * stride + i]);
   }
   for (int64_t i = 0; i < hd; ++i) out[i] /= sum;
+}
+
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+            float* out) {
+  attend_rows(q, k, v, len, hd, stride, scale, out);
+}
+void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd, int64_t stride,
+                 float scale, float* out) {
+  attend_rows(q, k, v, len, hd, stride, scale, out);
 }
 
 constexpr KernelTable kTable = {
@@ -239,6 +257,7 @@ constexpr KernelTable kTable = {
     .add = add,
     .axpy = axpy,
     .attend = attend,
+    .attend_bf16 = attend_bf16,
 };
 
 }  // namespace

@@ -672,20 +672,39 @@ void rmsnorm(const float* x, const float* w, float eps, int64_t n, float* y) {
 // blocks of up to 4 so their dot products overlap; the accumulator is
 // rescaled only when a block raises the max (exp(mx - new) <= 1, never
 // overflows), so large scores are as safe as in the two-pass form.
-template <int NV>
+// Lanes [0, n) of a K or V cache row as f32 (n <= 8; the rest 0): f32 rows
+// as stored, bf16 rows widened (exact: a bf16 value is the top half of its
+// f32). AVX2 has no 16-bit masked load: a partial bf16 vector goes through
+// a zeroed stack copy.
+inline __m256 load_cache(const float* p, int64_t n) {
+  return n >= kW ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(n));
+}
+inline __m256 load_cache(const uint16_t* p, int64_t n) {
+  __m128i h;
+  if (n >= kW) {
+    h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  } else {
+    alignas(16) uint16_t tmp[8] = {};
+    __builtin_memcpy(tmp, p, static_cast<size_t>(n) * 2);
+    h = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+  }
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+template <int NV, class T>
 struct OnlineSoftmax {
   __m256 acc[NV];
   float mx;  // running max score (-inf before the first position)
   float l;   // running sum of exp(s - mx)
 
-  // Vector `vi` of a row of hd floats; only the last one can be partial.
-  static __m256 load(const float* row, int vi, int64_t hd) {
-    if (vi < NV - 1) return _mm256_loadu_ps(row + vi * kW);
-    return _mm256_maskload_ps(row + vi * kW, tail_mask(hd - (NV - 1) * kW));
+  // Vector `vi` of a row of hd values; only the last one can be partial.
+  template <class E>
+  static __m256 load(const E* row, int vi, int64_t hd) {
+    return load_cache(row + vi * kW, vi < NV - 1 ? kW : hd - (NV - 1) * kW);
   }
 
   template <int B>
-  void block(const float* q, const float* k, const float* v, int64_t hd, int64_t stride, float scale) {
+  void block(const float* q, const T* k, const T* v, int64_t hd, int64_t stride, float scale) {
     float s[B];
     __m256 d[B];
 #pragma GCC unroll 4
@@ -742,10 +761,12 @@ struct OnlineSoftmax {
 // the measurements).
 constexpr int64_t kAttendAhead = 8;
 
-template <int NV>
-void attend_regs(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+template <int NV, class T>
+void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
                  float* out) {
-  OnlineSoftmax<NV> st;
+  // One prefetch per 64-byte line: 16 f32 (two vectors) or 32 bf16 (four).
+  constexpr int kLineVectors = sizeof(T) == 2 ? 4 : 2;
+  OnlineSoftmax<NV, T> st;
 #pragma GCC unroll 16
   for (int vi = 0; vi < NV; ++vi) st.acc[vi] = _mm256_setzero_ps();
   st.mx = -__builtin_inff();
@@ -758,7 +779,7 @@ void attend_regs(const float* q, const float* k, const float* v, int64_t len, in
 #pragma GCC unroll 4
       for (int b = 0; b < 4; ++b)
 #pragma GCC unroll 16
-        for (int vi = 0; vi < NV; vi += 2) {
+        for (int vi = 0; vi < NV; vi += kLineVectors) {
           _mm_prefetch(reinterpret_cast<const char*>(k + (j + kAttendAhead + b) * stride + vi * kW), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(v + (j + kAttendAhead + b) * stride + vi * kW), _MM_HINT_T0);
         }
@@ -774,20 +795,17 @@ void attend_regs(const float* q, const float* k, const float* v, int64_t len, in
 
 // Any hd, len >= 1: the same online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
-void attend_any(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+template <class T>
+void attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
                 float* out) {
   zero(out, hd);
   float mx = -__builtin_inff();
   float l = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
-    const float* kj = k + j * stride;
+    const T* kj = k + j * stride;
+    const T* vj = v + j * stride;
     __m256 d = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + kW <= hd; i += kW) d = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kj + i), d);
-    if (i < hd) {
-      const __m256i mask = tail_mask(hd - i);
-      d = _mm256_fmadd_ps(_mm256_maskload_ps(q + i, mask), _mm256_maskload_ps(kj + i, mask), d);
-    }
+    for (int64_t i = 0; i < hd; i += kW) d = _mm256_fmadd_ps(load_cache(q + i, hd - i), load_cache(kj + i, hd - i), d);
     const float s = scale * hsum(d);
     if (s > mx) {
       const float alpha = expf(mx - s);  // 0 on the first position
@@ -798,32 +816,52 @@ void attend_any(const float* q, const float* k, const float* v, int64_t len, int
     }
     const float p = expf(s - mx);
     l += p;
-    axpy(p, v + j * stride, hd, out);
+    const __m256 vp = _mm256_set1_ps(p);
+    for (int64_t i = 0; i < hd; i += kW) {
+      const __m256 o = _mm256_fmadd_ps(vp, load_cache(vj + i, hd - i), load_cache(out + i, hd - i));
+      if (hd - i >= kW)
+        _mm256_storeu_ps(out + i, o);
+      else
+        _mm256_maskstore_ps(out + i, tail_mask(hd - i), o);
+    }
   }
   const __m256 vl = _mm256_set1_ps(l);
   map1(out, hd, out, [vl](__m256 o) { return _mm256_div_ps(o, vl); });
 }
 
-using AttendFn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t, float, float*);
+template <class T>
+using AttendFn = void (*)(const float*, const T*, const T*, int64_t, int64_t, int64_t, float, float*);
 
-// kAttendRegs[nv - 1] handles hd in ((nv - 1) * 8, nv * 8], i.e. up to 128;
-// beyond that the accumulator would live on the stack anyway.
-constexpr AttendFn kAttendRegs[] = {
-    attend_regs<1>,  attend_regs<2>,  attend_regs<3>,  attend_regs<4>,  attend_regs<5>,  attend_regs<6>,
-    attend_regs<7>,  attend_regs<8>,  attend_regs<9>,  attend_regs<10>, attend_regs<11>, attend_regs<12>,
-    attend_regs<13>, attend_regs<14>, attend_regs<15>, attend_regs<16>,
+// kAttendRegs<T>[nv - 1] handles hd in ((nv - 1) * 8, nv * 8], i.e. up to
+// 128; beyond that the accumulator would live on the stack anyway.
+template <class T>
+constexpr AttendFn<T> kAttendRegs[] = {
+    attend_regs<1, T>,  attend_regs<2, T>,  attend_regs<3, T>,  attend_regs<4, T>,
+    attend_regs<5, T>,  attend_regs<6, T>,  attend_regs<7, T>,  attend_regs<8, T>,
+    attend_regs<9, T>,  attend_regs<10, T>, attend_regs<11, T>, attend_regs<12, T>,
+    attend_regs<13, T>, attend_regs<14, T>, attend_regs<15, T>, attend_regs<16, T>,
 };
-constexpr int64_t kMaxRegVectors = sizeof(kAttendRegs) / sizeof(kAttendRegs[0]);
+constexpr int64_t kMaxRegVectors = 16;
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
 // gives zeros, as in the reference.
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
-            float* out) {
+template <class T>
+void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                 float* out) {
   if (len == 0) return zero(out, hd);
   const int64_t nv = (hd + kW - 1) / kW;
   if (nv == 0) return;
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
-  kAttendRegs[nv - 1](q, k, v, len, hd, stride, scale, out);
+  kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
+}
+
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+            float* out) {
+  attend_rows(q, k, v, len, hd, stride, scale, out);
+}
+void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd, int64_t stride,
+                 float scale, float* out) {
+  attend_rows(q, k, v, len, hd, stride, scale, out);
 }
 
 constexpr KernelTable kTable = {
@@ -843,6 +881,7 @@ constexpr KernelTable kTable = {
     .add = add,
     .axpy = axpy,
     .attend = attend,
+    .attend_bf16 = attend_bf16,
 };
 
 }  // namespace

@@ -451,12 +451,21 @@ void rmsnorm(const float* x, const float* w, float eps, int64_t n, float* y) {
 
 // ---- attention -------------------------------------------------------------
 
+// Lanes of a K or V cache row as f32: f32 rows as stored, bf16 rows
+// widened (exact: a bf16 value is the top half of its f32).
+inline __m512 load_cache(__mmask16 m, const float* p) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+inline __m512 load_cache(__mmask16 m, const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
 // Online softmax for hd <= NV * 16: the running output (unnormalised) lives in
 // NV registers, with the running max `mx` and running sum `l`. Positions are
 // taken in blocks of up to 4 so their dot products overlap; the accumulator is
 // rescaled only when a block raises the max (exp(mx - new) <= 1, never
 // overflows), so large scores are as safe as in the two-pass form.
-template <int NV>
+template <int NV, class T>
 struct OnlineSoftmax {
   __m512 acc[NV];
   float mx;  // running max score (-inf before the first position)
@@ -468,7 +477,7 @@ struct OnlineSoftmax {
   }
 
   template <int B>
-  void block(const float* q, const float* k, const float* v, int64_t hd, int64_t stride, float scale) {
+  void block(const float* q, const T* k, const T* v, int64_t hd, int64_t stride, float scale) {
     float s[B];
     __m512 d[B];
 #pragma GCC unroll 4
@@ -478,7 +487,7 @@ struct OnlineSoftmax {
       const __mmask16 m = lanes(vi, hd);
       const __m512 qv = _mm512_maskz_loadu_ps(m, q + vi * kW);
 #pragma GCC unroll 4
-      for (int b = 0; b < B; ++b) d[b] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + b * stride + vi * kW), d[b]);
+      for (int b = 0; b < B; ++b) d[b] = _mm512_fmadd_ps(qv, load_cache(m, k + b * stride + vi * kW), d[b]);
     }
     float bmax = -__builtin_inff();
 #pragma GCC unroll 4
@@ -517,7 +526,7 @@ struct OnlineSoftmax {
       const __m512 vp = _mm512_permutexvar_ps(_mm512_set1_epi32(b), pv);
 #pragma GCC unroll 16
       for (int vi = 0; vi < NV; ++vi)
-        acc[vi] = _mm512_fmadd_ps(vp, _mm512_maskz_loadu_ps(lanes(vi, hd), v + b * stride + vi * kW), acc[vi]);
+        acc[vi] = _mm512_fmadd_ps(vp, load_cache(lanes(vi, hd), v + b * stride + vi * kW), acc[vi]);
     }
   }
 };
@@ -529,11 +538,14 @@ struct OnlineSoftmax {
 // 26.9-31.3; 16 and 32 ahead no better than none.
 constexpr int64_t kAttendAhead = 8;
 
-// q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]; hd <= NV * 16.
-template <int NV>
-void attend_regs(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+// q: [hd]; k, v: [len, hd] with row stride `stride` (elements of T); out:
+// [hd]; hd <= NV * 16.
+template <int NV, class T>
+void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
                  float* out) {
-  OnlineSoftmax<NV> st;
+  // One prefetch per 64-byte line: a line holds 16 f32 or 32 bf16 values.
+  constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;
+  OnlineSoftmax<NV, T> st;
 #pragma GCC unroll 16
   for (int vi = 0; vi < NV; ++vi) st.acc[vi] = _mm512_setzero_ps();
   st.mx = -__builtin_inff();
@@ -546,7 +558,7 @@ void attend_regs(const float* q, const float* k, const float* v, int64_t len, in
 #pragma GCC unroll 4
       for (int b = 0; b < 4; ++b)
 #pragma GCC unroll 16
-        for (int vi = 0; vi < NV; ++vi) {
+        for (int vi = 0; vi < NV; vi += kLineVectors) {
           _mm_prefetch(reinterpret_cast<const char*>(k + (j + kAttendAhead + b) * stride + vi * kW), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(v + (j + kAttendAhead + b) * stride + vi * kW), _MM_HINT_T0);
         }
@@ -557,24 +569,24 @@ void attend_regs(const float* q, const float* k, const float* v, int64_t len, in
   const __m512 vl = _mm512_set1_ps(st.l);
 #pragma GCC unroll 16
   for (int vi = 0; vi < NV; ++vi)
-    _mm512_mask_storeu_ps(out + vi * kW, OnlineSoftmax<NV>::lanes(vi, hd), _mm512_div_ps(st.acc[vi], vl));
+    _mm512_mask_storeu_ps(out + vi * kW, OnlineSoftmax<NV, T>::lanes(vi, hd), _mm512_div_ps(st.acc[vi], vl));
 }
 
 // Any hd, len >= 1: the same online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
-void attend_any(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+template <class T>
+void attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
                 float* out) {
   zero(out, hd);
   float mx = -__builtin_inff();
   float l = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
-    const float* kj = k + j * stride;
+    const T* kj = k + j * stride;
+    const T* vj = v + j * stride;
     __m512 d = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + kW <= hd; i += kW) d = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(kj + i), d);
-    if (i < hd) {
-      const __mmask16 mask = tail_mask(hd - i);
-      d = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q + i), _mm512_maskz_loadu_ps(mask, kj + i), d);
+    for (int64_t i = 0; i < hd; i += kW) {
+      const __mmask16 mask = tail_mask(min64(kW, hd - i));
+      d = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q + i), load_cache(mask, kj + i), d);
     }
     const float s = scale * hsum(d);
     if (s > mx) {
@@ -586,31 +598,49 @@ void attend_any(const float* q, const float* k, const float* v, int64_t len, int
     }
     const float p = expf(s - mx);
     l += p;
-    axpy(p, v + j * stride, hd, out);
+    const __m512 vp = _mm512_set1_ps(p);
+    for (int64_t i = 0; i < hd; i += kW) {
+      const __mmask16 mask = tail_mask(min64(kW, hd - i));
+      _mm512_mask_storeu_ps(out + i, mask,
+                            _mm512_fmadd_ps(vp, load_cache(mask, vj + i), _mm512_maskz_loadu_ps(mask, out + i)));
+    }
   }
   const __m512 vl = _mm512_set1_ps(l);
   map1(out, hd, out, [vl](__m512 o) { return _mm512_div_ps(o, vl); });
 }
 
-using AttendFn = void (*)(const float*, const float*, const float*, int64_t, int64_t, int64_t, float, float*);
+template <class T>
+using AttendFn = void (*)(const float*, const T*, const T*, int64_t, int64_t, int64_t, float, float*);
 
-// kAttendRegs[nv - 1] handles hd in ((nv - 1) * 16, nv * 16], i.e. up to 256.
-constexpr AttendFn kAttendRegs[] = {
-    attend_regs<1>,  attend_regs<2>,  attend_regs<3>,  attend_regs<4>,  attend_regs<5>,  attend_regs<6>,
-    attend_regs<7>,  attend_regs<8>,  attend_regs<9>,  attend_regs<10>, attend_regs<11>, attend_regs<12>,
-    attend_regs<13>, attend_regs<14>, attend_regs<15>, attend_regs<16>,
+// kAttendRegs<T>[nv - 1] handles hd in ((nv - 1) * 16, nv * 16], i.e. up to 256.
+template <class T>
+constexpr AttendFn<T> kAttendRegs[] = {
+    attend_regs<1, T>,  attend_regs<2, T>,  attend_regs<3, T>,  attend_regs<4, T>,
+    attend_regs<5, T>,  attend_regs<6, T>,  attend_regs<7, T>,  attend_regs<8, T>,
+    attend_regs<9, T>,  attend_regs<10, T>, attend_regs<11, T>, attend_regs<12, T>,
+    attend_regs<13, T>, attend_regs<14, T>, attend_regs<15, T>, attend_regs<16, T>,
 };
-constexpr int64_t kMaxRegVectors = sizeof(kAttendRegs) / sizeof(kAttendRegs[0]);
+constexpr int64_t kMaxRegVectors = 16;
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
 // gives zeros, as in the reference.
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
-            float* out) {
+template <class T>
+void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                 float* out) {
   if (len == 0) return zero(out, hd);
   const int64_t nv = (hd + kW - 1) / kW;
   if (nv == 0) return;
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
-  kAttendRegs[nv - 1](q, k, v, len, hd, stride, scale, out);
+  kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
+}
+
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
+            float* out) {
+  attend_rows(q, k, v, len, hd, stride, scale, out);
+}
+void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd, int64_t stride,
+                 float scale, float* out) {
+  attend_rows(q, k, v, len, hd, stride, scale, out);
 }
 
 constexpr KernelTable kTable = {
@@ -630,6 +660,7 @@ constexpr KernelTable kTable = {
     .add = add,
     .axpy = axpy,
     .attend = attend,
+    .attend_bf16 = attend_bf16,
 };
 
 // The table with the VNNI int8 GEMM (x86/avx512_vnni.cc) for CPUs that
