@@ -60,6 +60,7 @@ StatusOr<CompiledModel> compile_checkpoint(const std::string& dir, const Compile
       " ctx=" + std::to_string(s.ctx_len) + " precision=" + options.precision +
       " opt-level=" + std::to_string(options.pipeline.opt_level) +
       (options.pipeline.weight_layout != "rows" ? " weight-layout=" + options.pipeline.weight_layout : "") +
+      (options.pipeline.kv_dtype != "f32" ? " kv-dtype=" + options.pipeline.kv_dtype : "") +
       (options.moe_dense ? " moe-dense" : "");
   m.storage = ck;
   return m;

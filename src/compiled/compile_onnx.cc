@@ -84,7 +84,8 @@ StatusOr<CompiledModel> compile_onnx(const std::string& path, const CompileOptio
   for (const auto& [name, value] : pipeline.dims) dims += " " + name + "=" + std::to_string(value);
   m.compile_flags = "onnx batch=" + std::to_string(m.shapes.n_slots) + " ctx=" + std::to_string(m.shapes.ctx_len) +
                     dims + " precision=" + options.precision + " opt-level=" + std::to_string(pipeline.opt_level) +
-                    (pipeline.weight_layout != "rows" ? " weight-layout=" + pipeline.weight_layout : "");
+                    (pipeline.weight_layout != "rows" ? " weight-layout=" + pipeline.weight_layout : "") +
+                    (pipeline.kv_dtype != "f32" ? " kv-dtype=" + pipeline.kv_dtype : "");
   return m;
 }
 

@@ -197,9 +197,13 @@ Status infer_CachedAttention(const Graph& g, const Node& n, Outs& out) {
     K3_RETURN_IF_ERROR(expect_dim(idx, 0, q.shape[0], "index"));
   }
   // Cache layout [slots, n_kv_heads, max_seq, head_dim]; see runtime/kv_cache.h.
+  // f32, or bf16 (k3 compile --kv-dtype bf16), the same for K and V.
+  const DType cache_dtype = g.value(n.inputs[5]).dtype;
+  if (cache_dtype != DType::kF32 && cache_dtype != DType::kBF16)
+    return invalid_argument(std::string("cache must be f32 or bf16, got ") + std::string(dtype_name(cache_dtype)));
   for (int i = 5; i <= 6; ++i) {
     const Value& c = g.value(n.inputs[static_cast<size_t>(i)]);
-    K3_RETURN_IF_ERROR(expect(c, DType::kF32, 4, "cache"));
+    K3_RETURN_IF_ERROR(expect(c, cache_dtype, 4, "cache"));
     if (c.kind != ValueKind::kState) return invalid_argument("cache " + c.name + " must be a state value");
     K3_RETURN_IF_ERROR(expect_dim(c, 1, hkv, "cache"));
     K3_RETURN_IF_ERROR(expect_dim(c, 3, hd, "cache"));

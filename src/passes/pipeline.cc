@@ -17,6 +17,7 @@
 #include "passes/fuse_rms_norm.h"
 #include "passes/fuse_rope.h"
 #include "passes/fuse_sibling_linears.h"
+#include "passes/kv_cache_precision.h"
 #include "passes/lower_to_plan.h"
 #include "passes/pack_weights.h"
 #include "passes/specialize_shapes.h"
@@ -100,6 +101,11 @@ const std::vector<Entry>& entries() {
       // precision, the layout is the user's choice (--weight-layout), so it
       // runs at every level.
       {0, [](const PipelineOptions& o) { return std::make_unique<PackWeights>(o.weight_layout); }},
+      // kv-cache-precision at every level and after lower-to-plan: the cache
+      // is the user's choice of format, and its states exist only once the
+      // graph is lowered (a checkpoint graph starts lowered). It touches no
+      // node the weight passes read, so its place among them is free.
+      {0, [](const PipelineOptions& o) { return std::make_unique<KvCachePrecision>(o.kv_dtype); }},
   };
   return list;
 }
@@ -121,6 +127,8 @@ Status check_pipeline_options(const PipelineOptions& options) {
     return invalid_argument("--opt-level must be 0, 1, 2 or 3 (got " + std::to_string(options.opt_level) + ")");
   if (options.precision != "fp32" && options.precision != "bf16" && options.precision != "int8")
     return unimplemented("precision '" + options.precision + "' is not supported (fp32, bf16, int8)");
+  if (options.kv_dtype != "f32" && options.kv_dtype != "bf16")
+    return invalid_argument("--kv-dtype must be f32 or bf16 (got '" + options.kv_dtype + "')");
   if (options.weight_layout != "rows" && options.weight_layout != "panels")
     return invalid_argument("--weight-layout must be rows or panels (got '" + options.weight_layout + "')");
   const std::vector<PassInfo> known = list_passes();

@@ -28,6 +28,7 @@ struct PipelineOptions {
   std::vector<std::string> disabled;  // pass names (--disable-pass)
   std::string precision = "fp32";     // weight precision (--precision): fp32 | bf16 | int8
   std::string weight_layout = "rows";  // matrix layout (--weight-layout): rows | panels (pack-weights)
+  std::string kv_dtype = "f32";        // KV cache element type (--kv-dtype): f32 | bf16 (kv-cache-precision)
   // Symbolic input dims fixed by --input-shape (dim_param name -> value),
   // e.g. {"batch", 1}, {"seq", 1}, {"past", 127}; empty: none.
   std::vector<std::pair<std::string, int64_t>> dims = {};
@@ -41,8 +42,8 @@ struct PipelineOptions {
   } plan = {};
 };
 
-// Unknown pass names, an opt level outside 0..3, an unknown precision or
-// weight layout -> error naming it.
+// Unknown pass names, an opt level outside 0..3, an unknown precision,
+// weight layout or KV cache dtype -> error naming it.
 Status check_pipeline_options(const PipelineOptions& options);
 
 struct PassRecord {

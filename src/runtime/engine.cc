@@ -91,7 +91,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(CompiledModel m, const EngineOp
     e->options_.ctx_len = std::min(o.ctx_len, e->onnx_->max_positions());
     return e;
   }
-  K3_RETURN_IF_ERROR(e->cache_.allocate({c.n_layers, s.n_slots, c.n_kv_heads, s.ctx_len, c.head_dim}));
+  // The cache's element type is the one the compiled graphs' cache states
+  // declare (kv-cache-precision); Plan::build checks every state against it.
+  ir::DType kv_dtype = ir::DType::kF32;
+  for (const ir::Value& v : m.decode.values())
+    if (v.kind == ir::ValueKind::kState) {
+      kv_dtype = v.dtype;
+      break;
+    }
+  K3_RETURN_IF_ERROR(e->cache_.allocate({c.n_layers, s.n_slots, c.n_kv_heads, s.ctx_len, c.head_dim, kv_dtype}));
   K3_ASSIGN_OR_RETURN(e->decode_, Plan::build(std::move(m.decode), e->cache_));
   K3_ASSIGN_OR_RETURN(e->prefill_, Plan::build(std::move(m.prefill), e->cache_));
   if (e->decode_.max_tokens() != s.decode_tokens || e->prefill_.max_tokens() != s.prefill_tokens ||

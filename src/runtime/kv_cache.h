@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ir/dtype.h"
 #include "util/aligned_buffer.h"
 #include "util/checked.h"
 #include "util/status.h"
@@ -24,27 +25,32 @@ struct KvCacheShape {
   int64_t n_kv_heads = 0;
   int64_t max_seq = 0;
   int64_t head_dim = 0;
+  ir::DType dtype = ir::DType::kF32;  // f32 or bf16 (k3 compile --kv-dtype)
 
-  uint64_t layer_floats() const {
+  uint64_t layer_elems() const {
     return static_cast<uint64_t>(n_slots) * static_cast<uint64_t>(n_kv_heads) * static_cast<uint64_t>(max_seq) *
            static_cast<uint64_t>(head_dim);
   }
-  uint64_t total_bytes() const { return 2 * static_cast<uint64_t>(n_layers) * layer_floats() * 4; }
+  uint64_t elem_bytes() const { return ir::dtype_size(dtype); }
+  uint64_t total_bytes() const { return 2 * static_cast<uint64_t>(n_layers) * layer_elems() * elem_bytes(); }
 };
 
 class KvCache {
  public:
   Status allocate(const KvCacheShape& shape) {
+    if (shape.dtype != ir::DType::kF32 && shape.dtype != ir::DType::kBF16)
+      return invalid_argument("the KV cache must be f32 or bf16, not " + std::string(ir::dtype_name(shape.dtype)));
     shape_ = shape;
-    const uint64_t layer_bytes = align_up(shape.layer_floats() * 4, AlignedBuffer::kAlign);
+    const uint64_t layer_bytes = align_up(shape.layer_elems() * shape.elem_bytes(), AlignedBuffer::kAlign);
     layer_stride_ = layer_bytes;
     if (!buf_.allocate(2 * static_cast<uint64_t>(shape.n_layers) * layer_bytes))
       return out_of_range("cannot allocate the KV cache (" + std::to_string(shape.total_bytes() >> 20) + " MiB)");
     return Status();
   }
   const KvCacheShape& shape() const { return shape_; }
-  float* k(int64_t layer) const { return reinterpret_cast<float*>(buf_.data() + (2 * layer) * layer_stride_); }
-  float* v(int64_t layer) const { return reinterpret_cast<float*>(buf_.data() + (2 * layer + 1) * layer_stride_); }
+  // Layer `layer`'s K and V regions, elements of shape().dtype.
+  void* k(int64_t layer) const { return buf_.data() + (2 * layer) * layer_stride_; }
+  void* v(int64_t layer) const { return buf_.data() + (2 * layer + 1) * layer_stride_; }
   uint64_t bytes() const { return buf_.size(); }
 
  private:

@@ -110,6 +110,9 @@ StatusOr<Plan> Plan::build(ir::Graph graph, const KvCache& cache) {
       return invalid_argument("state value " + v.name + " does not name a KV cache layer");
     if (v.shape != std::vector<int64_t>{cs.n_slots, cs.n_kv_heads, cs.max_seq, cs.head_dim})
       return invalid_argument("state value " + v.name + " does not match the KV cache shape");
+    if (v.dtype != cs.dtype)
+      return invalid_argument("state value " + v.name + " is " + std::string(ir::dtype_name(v.dtype)) +
+                              " but the KV cache is " + std::string(ir::dtype_name(cs.dtype)));
     p.state_ptr_[vi] = kind == 'k' ? cache.k(layer) : cache.v(layer);
   }
   for (const ir::Node& n : g.nodes()) {

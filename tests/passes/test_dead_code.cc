@@ -130,8 +130,9 @@ TEST(Pipeline, ListsPassesInOrderWithLevels) {
 }
 
 TEST(Pipeline, OptLevelZeroRunsOnlyLevelZeroPasses) {
-  // At O0 only format passes (weight-precision and pack-weights, no-ops at
-  // fp32 rows) run: the graph is executed as built.
+  // At O0 only format passes (weight-precision, pack-weights and
+  // kv-cache-precision, no-ops at fp32 rows and an f32 cache) run: the graph
+  // is executed as built.
   ir::Graph g = graph_with_dead_chain();
   auto r = run_pipeline(g, {0, {}});
   ASSERT_TRUE(r.ok());

@@ -64,12 +64,19 @@ class OpTester {
     set(id, v.data(), v.size() * 4);
     return id;
   }
-  int state(const std::string& name, std::vector<int64_t> shape) {
-    int id = g_.add_state(name, ir::DType::kF32, shape);
+  // A state (KV cache) of f32 or bf16 elements, filled with random values.
+  int state(const std::string& name, std::vector<int64_t> shape, ir::DType dtype = ir::DType::kF32) {
+    int id = g_.add_state(name, dtype, shape);
     std::vector<float> v(static_cast<size_t>(g_.value(id).numel()));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (float& x : v) x = u(rng_);
-    set(id, v.data(), v.size() * 4);
+    if (dtype == ir::DType::kBF16) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+      set(id, h.data(), h.size() * 2);
+    } else {
+      set(id, v.data(), v.size() * 4);
+    }
     return id;
   }
   void node(ir::OpKind op, std::vector<int> inputs, std::vector<ir::Attr> attrs = {}) {
@@ -132,7 +139,16 @@ class OpTester {
     for (int id : n.inputs)
       if (g_.value(id).kind == ir::ValueKind::kState) {
         std::vector<float> f(static_cast<size_t>(g_.value(id).numel()));
-        std::memcpy(f.data(), bufs[static_cast<size_t>(id)].data(), f.size() * 4);
+        const uint8_t* b = bufs[static_cast<size_t>(id)].data();
+        if (g_.value(id).dtype == ir::DType::kBF16) {
+          for (size_t i = 0; i < f.size(); ++i) {
+            uint16_t h;
+            std::memcpy(&h, b + 2 * i, 2);
+            f[i] = bf16_to_f32(h);
+          }
+        } else {
+          std::memcpy(f.data(), b, f.size() * 4);
+        }
         out.push_back(std::move(f));
       }
     return out;

@@ -73,7 +73,8 @@ TEST(NoAllocation, DecodeStepsAndSampling) {
 }
 
 // The same compiled at each precision (the bf16 dot-product and int8
-// kernels round the activations into stack buffers) and weight layout.
+// kernels round the activations into stack buffers) and weight layout, the
+// bf16 models with a bf16 KV cache.
 TEST(NoAllocation, DecodeStepsAtEveryPrecisionAndLayout) {
   for (const char* preset : {"k3-tiny", "moe-swiglu-small"}) {
     for (const char* precision : {"fp32", "bf16", "int8"}) {
@@ -84,6 +85,8 @@ TEST(NoAllocation, DecodeStepsAtEveryPrecisionAndLayout) {
         co.ctx_len = 64;
         co.precision = precision;
         co.pipeline.weight_layout = layout;
+        // The bf16 cache (rows rounded as written) with the bf16 weights.
+        co.pipeline.kv_dtype = std::string(precision) == "bf16" ? "bf16" : "f32";
         auto m = compile_checkpoint(k3::testing::model_dir(preset), co);
         ASSERT_TRUE(m.ok()) << m.status().message();
         EngineOptions o;
@@ -91,7 +94,8 @@ TEST(NoAllocation, DecodeStepsAtEveryPrecisionAndLayout) {
         o.threads = 2;
         auto e = Engine::create(std::move(m).value(), o);
         ASSERT_TRUE(e.ok()) << e.status().message();
-        expect_decode_allocates_nothing(**e, std::string(preset) + " " + precision + " " + layout);
+        expect_decode_allocates_nothing(
+            **e, std::string(preset) + " " + precision + " " + layout + " kv " + co.pipeline.kv_dtype);
       }
     }
   }

@@ -52,8 +52,8 @@ class ByteCounter : public runtime::StepHooks {
         break;
       }
       case ir::OpKind::kCachedAttention: {
-        // K and V rows 0..p of each token's slot.
-        const int64_t row = c_.n_kv_heads * c_.head_dim * 4;
+        // K and V rows 0..p of each token's slot, f32 or bf16 (--kv-dtype).
+        const int64_t row = c_.n_kv_heads * c_.head_dim * static_cast<int64_t>(ir::dtype_size(call.in[5].value->dtype));
         for (int64_t t = 0; t < call.in[3].rows; ++t)
           bytes_ += 2.0 * static_cast<double>((call.in[3].i32()[t] + 1) * row);
         break;

@@ -26,6 +26,7 @@ struct CompileFlags {
   std::string input_shape;
   std::string precision = "fp32";
   std::string weight_layout = "rows";
+  std::string kv_dtype = "f32";
   std::vector<std::string> disabled;
   bool list_passes = false;
   bool moe_dense = false;
@@ -105,6 +106,7 @@ int run_compile(const CompileFlags& f) {
   o.pipeline.opt_level = f.opt_level;
   o.pipeline.disabled = f.disabled;
   o.pipeline.weight_layout = f.weight_layout;
+  o.pipeline.kv_dtype = f.kv_dtype;
   if (Status s = parse_input_shape(f.input_shape, o, onnx); !s.ok()) return report(s);
   StatusOr<CompiledModel> m = onnx ? compile_onnx(f.model, o) : compile_checkpoint(f.model, o);
   if (!m.ok()) return report(m.status());
@@ -184,6 +186,9 @@ Registered add_compile(CLI::App& app) {
   sub->add_option("--weight-layout", f->weight_layout,
                   "Layout of f32/bf16 Linear and expert matrices: rows (default; fastest decode here) or panels "
                   "(k-major panels of 16 rows; faster prefill, see docs/performance.md)");
+  sub->add_option("--kv-dtype", f->kv_dtype,
+                  "Element type of the KV cache: f32 (default) or bf16 (half the bytes attention reads per cached "
+                  "position; rows rounded as written, docs/precision.md has the cost)");
   sub->add_option("--disable-pass", f->disabled, "Skip a pass by name (repeatable; see --list-passes)");
   sub->add_flag("--list-passes", f->list_passes, "List the passes in pipeline order and exit");
   sub->add_flag("--moe-dense", f->moe_dense, "Compile the article's dense one-hot-mask MoE (for measuring)");

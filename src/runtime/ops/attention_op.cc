@@ -3,27 +3,49 @@
 //
 // Writing every row first and reading up to each row's own position makes a
 // prefill chunk causal with no mask: a row never reads positions past its own.
+// The cache is f32 or bf16 (k3 compile --kv-dtype): bf16 rows are rounded to
+// nearest even as they are written and widened exactly as they are read.
 #include <cmath>
 #include <cstring>
 
 #include "runtime/ops/fast_ops.h"
+#include "util/half.h"
 
 namespace k3::runtime {
+namespace {
 
-void run_CachedAttention(const OpCall& c) {
+// One cache row from hd f32 values.
+void write_row(const float* src, int64_t hd, float* dst) {
+  std::memcpy(dst, src, static_cast<size_t>(hd) * 4);
+}
+void write_row(const float* src, int64_t hd, uint16_t* dst) {
+  for (int64_t i = 0; i < hd; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+void attend(const kernels::KernelTable* kt, const float* q, const float* k, const float* v, int64_t len, int64_t hd,
+            float scale, float* out) {
+  kt->attend(q, k, v, len, hd, hd, scale, out);
+}
+void attend(const kernels::KernelTable* kt, const float* q, const uint16_t* k, const uint16_t* v, int64_t len,
+            int64_t hd, float scale, float* out) {
+  kt->attend_bf16(q, k, v, len, hd, hd, scale, out);
+}
+
+template <class T>
+void run_cached_attention(const OpCall& c) {
   // q [T, Hq*hd], k/v [T, Hkv*hd], positions/slots [T], caches [S, Hkv, L, hd]
   const int64_t hq = c.node->attr_int("n_heads"), hkv = c.node->attr_int("n_kv_heads"), hd = c.node->attr_int("head_dim");
   const int64_t rows = c.in[0].rows, max_seq = c.in[5].dim(2), group = hq / hkv;
   const int32_t* pos = c.in[3].i32();
   const int32_t* slot = c.in[4].i32();
-  float* kc = c.in[5].f32();
-  float* vc = c.in[6].f32();
-  auto row = [&](float* cache, int64_t s, int64_t h) { return cache + (s * hkv + h) * max_seq * hd; };
+  T* kc = static_cast<T*>(c.in[5].data);
+  T* vc = static_cast<T*>(c.in[6].data);
+  auto row = [&](T* cache, int64_t s, int64_t h) { return cache + (s * hkv + h) * max_seq * hd; };
 
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t h = 0; h < hkv; ++h) {
-      std::memcpy(row(kc, slot[t], h) + pos[t] * hd, c.in[1].f32() + (t * hkv + h) * hd, static_cast<size_t>(hd) * 4);
-      std::memcpy(row(vc, slot[t], h) + pos[t] * hd, c.in[2].f32() + (t * hkv + h) * hd, static_cast<size_t>(hd) * 4);
+      write_row(c.in[1].f32() + (t * hkv + h) * hd, hd, row(kc, slot[t], h) + pos[t] * hd);
+      write_row(c.in[2].f32() + (t * hkv + h) * hd, hd, row(vc, slot[t], h) + pos[t] * hd);
     }
 
   // The scale attr (e.g. Granite's attention_multiplier) or 1/sqrt(hd).
@@ -38,10 +60,19 @@ void run_CachedAttention(const OpCall& c) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = n - 1 - r;
       const int64_t t = i / hq, h = i % hq, g = h / group;
-      c.kt->attend(c.in[0].f32() + i * hd, row(kc, slot[t], g), row(vc, slot[t], g), pos[t] + 1, hd, hd, scale,
-                   c.out[0].f32() + i * hd);
+      attend(c.kt, c.in[0].f32() + i * hd, row(kc, slot[t], g), row(vc, slot[t], g), pos[t] + 1, hd, scale,
+             c.out[0].f32() + i * hd);
     }
   });
+}
+
+}  // namespace
+
+void run_CachedAttention(const OpCall& c) {
+  if (c.in[5].value->dtype == ir::DType::kBF16)
+    run_cached_attention<uint16_t>(c);
+  else
+    run_cached_attention<float>(c);
 }
 
 }  // namespace k3::runtime

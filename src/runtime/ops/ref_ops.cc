@@ -176,16 +176,29 @@ void ref_Rope(const OpCall& c) {
 void ref_CachedAttention(const OpCall& c) {
   const int64_t hq = c.node->attr_int("n_heads"), hkv = c.node->attr_int("n_kv_heads"), hd = c.node->attr_int("head_dim");
   const int64_t max_seq = c.in[5].dim(2);
-  float* kc = c.in[5].f32();
-  float* vc = c.in[6].f32();
+  // f32 cache, or bf16 (rounded to nearest even as written, widened as read).
+  const bool bf16 = c.in[5].value->dtype == ir::DType::kBF16;
   const int64_t rows = c.in[0].rows;
-  // Cache layout [slot, kv_head, position, head_dim].
-  auto at = [&](float* cache, int64_t slot, int64_t h, int64_t p) { return cache + ((slot * hkv + h) * max_seq + p) * hd; };
+  // Cache layout [slot, kv_head, position, head_dim]; element offset of a row.
+  auto at = [&](int64_t slot, int64_t h, int64_t p) { return ((slot * hkv + h) * max_seq + p) * hd; };
+  auto store = [&](void* cache, int64_t off, const float* src) {
+    for (int64_t i = 0; i < hd; ++i) {
+      if (bf16)
+        static_cast<uint16_t*>(cache)[off + i] = f32_to_bf16(src[i]);
+      else
+        static_cast<float*>(cache)[off + i] = src[i];
+    }
+  };
+  auto load = [&](const void* cache, int64_t off) {
+    return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(cache)[off]) : static_cast<const float*>(cache)[off];
+  };
+  void* kc = c.in[5].data;
+  void* vc = c.in[6].data;
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t h = 0; h < hkv; ++h) {
       const int64_t s = c.in[4].i32()[t], p = c.in[3].i32()[t];
-      std::memcpy(at(kc, s, h, p), c.in[1].f32() + t * hkv * hd + h * hd, static_cast<size_t>(hd) * 4);
-      std::memcpy(at(vc, s, h, p), c.in[2].f32() + t * hkv * hd + h * hd, static_cast<size_t>(hd) * 4);
+      store(kc, at(s, h, p), c.in[1].f32() + t * hkv * hd + h * hd);
+      store(vc, at(s, h, p), c.in[2].f32() + t * hkv * hd + h * hd);
     }
   const double scale = c.node->attr_float("scale", 1.0 / std::sqrt(static_cast<double>(hd)));
   for (int64_t t = 0; t < rows; ++t) {
@@ -197,8 +210,8 @@ void ref_CachedAttention(const OpCall& c) {
       double mx = -INFINITY;
       for (int64_t j = 0; j <= p; ++j) {
         double dot = 0.0;
-        const float* k = at(kc, s, g, j);
-        for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(q[i]) * k[i];
+        const int64_t k = at(s, g, j);
+        for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(q[i]) * load(kc, k + i);
         score[static_cast<size_t>(j)] = dot * scale;
         mx = std::max(mx, dot * scale);
       }
@@ -207,7 +220,7 @@ void ref_CachedAttention(const OpCall& c) {
       float* o = c.out[0].f32() + t * hq * hd + h * hd;
       for (int64_t i = 0; i < hd; ++i) {
         double acc = 0.0;
-        for (int64_t j = 0; j <= p; ++j) acc += score[static_cast<size_t>(j)] * at(vc, s, g, j)[i];
+        for (int64_t j = 0; j <= p; ++j) acc += score[static_cast<size_t>(j)] * load(vc, at(s, g, j) + i);
         o[i] = static_cast<float>(acc / sum);
       }
     }
