@@ -38,6 +38,19 @@ DEFAULT_TIMEOUT = 60.0
 PromptLike = Union[Sequence[int], str]
 
 
+def load_bench_script(name: str) -> Any:
+    """Imports ``bench/<name>.py`` (not a package) as module ``name``, for
+    tests of its pure functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
 def k3_bin_path() -> Path:
     """``$K3_BIN`` if set and non-empty, else ``<repo>/build/bin/k3``."""
     env = os.environ.get("K3_BIN", "").strip()

@@ -4,20 +4,11 @@ host drift between rounds cancels), and the table says so."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from k3_e2e import load_bench_script
 
 
 def _peers():
-    spec = importlib.util.spec_from_file_location("peers", REPO / "bench" / "peers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peers"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("peers")
 
 
 def _round(peers, k3_decode: float, llama_decode: float, load: float):

@@ -5,22 +5,12 @@ counting as zero."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from k3_e2e import load_bench_script
 
 
 def _targets():
-    spec = importlib.util.spec_from_file_location("targets", REPO / "bench" / "targets.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["targets"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("targets")
 
 
 LABELS = {"bf16": "bf16-b4.k3m", "int8": "int8-b4.k3m"}
