@@ -78,6 +78,12 @@ StatusOr<CompiledModel> compile_onnx(const std::string& path, const CompileOptio
     m.reports.emplace_back("prefill", std::move(rp));
     m.executor = Executor::kPlan;
     m.prefill = std::move(prefill);
+  } else if (pipeline.kv_dtype != "f32") {
+    // The interpreter keeps the graph's own cache tensors: the option would
+    // silently do nothing.
+    return invalid_argument("--kv-dtype " + pipeline.kv_dtype +
+                            ": this graph stays on the ONNX interpreter (not lowered to the planned executor; "
+                            "compile at -O3), whose cache is the graph's own f32 tensors");
   }
   m.decode = std::move(g);
   std::string dims;

@@ -172,3 +172,18 @@ def test_static_prefill_dense_moe_runs_only_chosen_experts(k3: K3Runner, checkpo
         assert res.returncode == 0, res.stderr
         got = np.load(tmp_path / level / "logits.npy")
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_kv_dtype_needs_the_planned_executor(k3: K3Runner, onnx_models, tmp_path):
+    """--kv-dtype bf16 converts the lowered graph's cache (O3); a graph left
+    on the ONNX interpreter (O0) keeps its own f32 cache tensors, so asking
+    for bf16 there is an error rather than a silent no-op."""
+    src = onnx_models("k3-small", "naive")
+    rep = tmp_path / "report.json"
+    res = k3.run("compile", src, "--out", tmp_path / "o3.k3m", "--kv-dtype", "bf16", "--report", rep, timeout=300)
+    assert res.returncode == 0, res.stderr
+    for graph in ("decode", "prefill"):
+        kv = [p for p in json.loads(rep.read_text())["graphs"][graph]["passes"] if p["pass"] == "kv-cache-precision"]
+        assert kv and kv[0]["applied"] == 4  # k3-small's 4 layers
+    res = k3.run("compile", src, "--out", tmp_path / "o0.k3m", "-O0", "--kv-dtype", "bf16", timeout=300)
+    assert_k3_error(res, "stays on the ONNX interpreter")
