@@ -117,16 +117,20 @@ class ThreadPool {
   int n_threads_;
   std::vector<int> cpus_;
   std::vector<std::thread> workers_;
-  // Region state, published by the release store of ticket_.
-  std::atomic<RawFn> fn_{nullptr};
+  // Region state, published by the release store of ticket_. Each group
+  // below has its own cache line, so that what the idle workers spin on
+  // (generation_) is not the line the caller is writing the next region's
+  // description into, nor the lines the claims and completions bounce
+  // between the cores (bench_thread_pool, bm_empty_region).
+  alignas(64) std::atomic<RawFn> fn_{nullptr};
   std::atomic<void*> ctx_{nullptr};
   std::atomic<int64_t> n_chunks_{0};
   std::atomic<bool> one_per_thread_{false};
-  std::atomic<uint64_t> ticket_{0};  // generation << 32 | next chunk to claim
-  std::atomic<int64_t> done_{0};      // chunks finished in the current region
-  std::atomic<uint32_t> generation_{0};  // futex word workers sleep on
-  std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<uint32_t> generation_{0};  // futex word workers sleep on
+  std::atomic<int> sleepers_{0};
+  alignas(64) std::atomic<uint64_t> ticket_{0};  // generation << 32 | next chunk to claim
+  alignas(64) std::atomic<int64_t> done_{0};     // chunks finished in the current region
 };
 
 }  // namespace k3
