@@ -32,18 +32,20 @@ void test_Embedding() {
   s.check(4, 0, 0.0f);
 }
 
-void norm_case(OpKind op, bool bias, int64_t max_rows, int64_t rows) {
+void norm_case(OpKind op, bool bias, int64_t max_rows, int64_t rows, int64_t width = 37) {
   OpTester t;
-  int x = t.f32("x", {max_rows, 37}, RowDim::kTokens, 3.0f);
-  std::vector<int> in{x, t.f32("w", {37})};
-  if (bias) in.push_back(t.f32("b", {37}));
+  int x = t.f32("x", {max_rows, width}, RowDim::kTokens, 3.0f);
+  std::vector<int> in{x, t.f32("w", {width})};
+  if (bias) in.push_back(t.f32("b", {width}));
   t.node(op, in, {{"eps", 1e-5}});
   t.check(rows, 0, kTol);
 }
 
 void test_LayerNorm() {
   norm_case(OpKind::kLayerNorm, true, 6, 4);
-  norm_case(OpKind::kLayerNorm, true, 12, 11);  // parallel over rows
+  norm_case(OpKind::kLayerNorm, true, 12, 11);
+  // Enough values to be split across the threads (kParallelValues).
+  norm_case(OpKind::kLayerNorm, true, kParallelValues / 256 + 4, kParallelValues / 256 + 3, 256);
 }
 
 // Per-head norms (group = head width) and a clamped whole-row norm.
@@ -58,6 +60,7 @@ void grouped_rms_case(int64_t group, double clip, int64_t max_rows, int64_t rows
 void test_RmsNorm() {
   norm_case(OpKind::kRmsNorm, false, 6, 4);
   norm_case(OpKind::kRmsNorm, false, 12, 11);
+  norm_case(OpKind::kRmsNorm, false, kParallelValues / 256 + 4, kParallelValues / 256 + 3, 256);
   grouped_rms_case(16, 0.0, 6, 5);
   grouped_rms_case(8, 0.0, 3, 2);  // 12 groups over 2 rows: parallel
   grouped_rms_case(48, 0.5, 6, 5);
@@ -105,16 +108,17 @@ void test_Linear() {
     }
   }
   // int8 and bf16-dot weights: the rows are rounded once for all threads
-  // (on the calling thread for a few rows, split across threads for many),
-  // then each thread's columns and each output of a split are multiplied.
+  // (on the calling thread for a few values, split across threads from
+  // kParallelValues), then each thread's columns and each output of a split
+  // are multiplied.
   for (ir::DType dt : {ir::DType::kQ8, ir::DType::kBF16Dot}) {
-    for (int64_t rows : {3, 12}) {
+    for (int64_t rows : {int64_t{3}, int64_t{12}, kParallelValues / 96 + 1}) {
       OpTester t;
-      int x = t.f32("x", {16, 96}, RowDim::kTokens);
+      int x = t.f32("x", {rows + 2, 96}, RowDim::kTokens);
       t.node(OpKind::kLinear, {x, t.weight("w", {130, 96}, dt)});
       t.check(rows, 0, kRoundedTol);
       OpTester u;
-      int x2 = u.f32("x", {16, 96}, RowDim::kTokens);
+      int x2 = u.f32("x", {rows + 2, 96}, RowDim::kTokens);
       auto r = u.graph().add_node(OpKind::kLinear, "node", {x2, u.weight("w", {80, 96}, dt)},
                                   {{"splits", std::vector<int64_t>{16, 48, 16}}}, 3);
       ASSERT_TRUE(r.ok()) << r.status().message();
@@ -141,6 +145,17 @@ void test_Rope() {
   int sn = t.f32("sin", {8, 8});
   t.node(OpKind::kRope, {x, pos, cs, sn}, {{"head_dim", int64_t{16}}});
   t.check(5, 0, kTol);
+  // Enough values to be split across the threads (kParallelValues).
+  const int64_t rows = kParallelValues / 256 + 3;
+  OpTester u;
+  int x2 = u.f32("x", {rows, 256}, RowDim::kTokens);
+  std::vector<int32_t> positions;
+  for (int64_t i = 0; i < rows; ++i) positions.push_back(static_cast<int32_t>(i * 7 % 64));
+  int pos2 = u.i32("pos", positions, RowDim::kTokens);
+  int cs2 = u.f32("cos", {64, 16});
+  int sn2 = u.f32("sin", {64, 16});
+  u.node(OpKind::kRope, {x2, pos2, cs2, sn2}, {{"head_dim", int64_t{32}}});
+  u.check(rows, 0, kTol);
 }
 
 void attention_scale_case();
@@ -226,10 +241,13 @@ void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize 
 
 // Experts with int8 or bf16-dot weights: the grouped rows, then the hidden
 // rows, are rounded once for every expert and column chunk.
-void moe_weight_dtype_case(ir::DType dt, bool swiglu) {
+// With `many`, enough routed rows that their rounding is split across the
+// threads (kParallelValues).
+void moe_weight_dtype_case(ir::DType dt, bool swiglu, bool many = false) {
   OpTester t;
   const int64_t e = 4, d = 64, f = 96;
-  int x = t.f32("x", {16, d}, RowDim::kTokens);
+  const int64_t tokens = many ? kParallelValues / (2 * d) + 1 : 13;
+  int x = t.f32("x", {tokens + 3, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
   for (int64_t i = 0; i < e; ++i) {
     in.push_back(t.weight("up" + std::to_string(i), {f, d}, dt));
@@ -237,7 +255,7 @@ void moe_weight_dtype_case(ir::DType dt, bool swiglu) {
     in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
   }
   t.node(OpKind::kMoe, in, {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}});
-  t.check(13, 0, kRoundedTol);
+  t.check(tokens, 0, kRoundedTol);
   t.check(1, 0, kRoundedTol, 1);  // decode shape, one thread
 }
 
@@ -245,6 +263,7 @@ void test_Moe() {
   for (ir::DType dt : {ir::DType::kQ8, ir::DType::kBF16Dot}) {
     moe_weight_dtype_case(dt, false);
     moe_weight_dtype_case(dt, true);
+    moe_weight_dtype_case(dt, true, /*many=*/true);
   }
   moe_case(false, false);
   moe_case(true, false);

@@ -11,13 +11,11 @@
 namespace k3::runtime {
 namespace {
 
-// Rows below this are processed on the calling thread: a parallel region
-// costs more than normalizing a handful of rows.
-constexpr int64_t kParallelRows = 8;
-
+// f(begin, end) over rows of `width` values each, split across the threads
+// only when there are kParallelValues or more (op_call.h).
 template <typename F>
-void for_rows(const OpCall& c, int64_t rows, F&& f) {
-  if (rows < kParallelRows) {
+void for_rows(const OpCall& c, int64_t rows, int64_t width, F&& f) {
+  if (rows * width < kParallelValues) {
     f(0, rows);
   } else {
     c.pool->parallel_for(rows, 1, f);
@@ -47,7 +45,7 @@ void run_Embedding(const OpCall& c) {
 void run_LayerNorm(const OpCall& c) {
   const int64_t d = c.in[0].cols();
   const float eps = static_cast<float>(c.node->attr_float("eps"));
-  for_rows(c, c.in[0].rows, [&](int64_t b, int64_t e) {
+  for_rows(c, c.in[0].rows, d, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
       c.kt->layernorm(c.in[0].f32() + t * d, c.in[1].f32(), c.in[2].f32(), eps, d, c.out[0].f32() + t * d);
   });
@@ -59,7 +57,7 @@ void run_RmsNorm(const OpCall& c) {
   const int64_t width = c.in[0].cols(), d = c.node->attr_int("group", width);
   const float eps = static_cast<float>(c.node->attr_float("eps"));
   const float clip = static_cast<float>(c.node->attr_float("clip", 0.0));
-  for_rows(c, c.in[0].rows * (width / d), [&](int64_t b, int64_t e) {
+  for_rows(c, c.in[0].rows * (width / d), d, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       c.kt->rmsnorm(c.in[0].f32() + t * d, c.in[1].f32(), eps, d, c.out[0].f32() + t * d);
       clip_in_place(c.out[0].f32() + t * d, d, clip);
@@ -116,7 +114,7 @@ void run_Add(const OpCall& c) {
 void run_Rope(const OpCall& c) {
   // x [T, H*hd], rotate-half per head with the precomputed tables [L, hd/2].
   const int64_t width = c.in[0].cols(), hd = c.node->attr_int("head_dim"), half = hd / 2;
-  for_rows(c, c.in[0].rows, [&](int64_t b, int64_t e) {
+  for_rows(c, c.in[0].rows, width, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t p = c.in[1].i32()[t];
       const float* cs = c.in[2].f32() + p * half;
