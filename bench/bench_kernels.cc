@@ -5,10 +5,14 @@
 // the quantity that bounds decode speed; FLOP/s is 2*M*N*K per gemm call.
 //
 // The "hot" gemm runs reuse one W, which then sits in L2/L3; the "stream"
-// runs rotate through enough copies of W (> 64 MiB) that every call reads
-// it from DRAM, as a real model's weights are.
+// runs rotate through enough copies of W (stream_bytes(): 64 MiB or twice
+// the last-level cache, whichever is more) that every call reads it from
+// DRAM, as a real model's weights are.
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -34,10 +38,28 @@ std::vector<float> random_vec(int64_t n) {
   return v;
 }
 
+// Bytes the "stream" runs rotate their weights through: 64 MiB, or twice the
+// last-level cache where that is more, so no copy is still cached when its
+// turn comes again. (One host of this project has a 480 MiB L3; a 64 MiB
+// ring measured L3 there, not DRAM.)
+int64_t stream_bytes() {
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max<int64_t>(int64_t{64} << 20, llc > 0 ? 2 * static_cast<int64_t>(llc) : 0);
+}
+
+// `copies` copies of v back to back: distinct memory, the same values
+// (converting or packing one copy is enough).
+template <class T>
+std::vector<T> replicate(const std::vector<T>& v, int64_t copies) {
+  std::vector<T> out(v.size() * static_cast<size_t>(copies));
+  for (int64_t c = 0; c < copies; ++c) std::copy(v.begin(), v.end(), out.begin() + c * static_cast<int64_t>(v.size()));
+  return out;
+}
+
 // C[M, N] = A[M, K] . W[N, K]^T over `copies` distinct W matrices in turn.
 void bm_gemm(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies) {
   const auto A = random_vec(M * K);
-  const auto W = random_vec(copies * N * K);
+  const auto W = replicate(random_vec(N * K), copies);
   std::vector<float> C(static_cast<size_t>(M * N));
   int64_t i = 0;
   for (auto _ : state) {
@@ -56,13 +78,14 @@ void bm_gemm(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N
 void bm_gemm_bf16(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies,
                   bool dot) {
   const auto A = random_vec(M * K);
-  const auto Wf = random_vec(copies * N * K);
-  std::vector<uint16_t> W(Wf.size());
-  for (size_t i = 0; i < W.size(); ++i) {
+  const auto Wf = random_vec(N * K);
+  std::vector<uint16_t> W1(Wf.size());
+  for (size_t i = 0; i < W1.size(); ++i) {
     uint32_t u;
     std::memcpy(&u, &Wf[i], 4);
-    W[i] = static_cast<uint16_t>(u >> 16);
+    W1[i] = static_cast<uint16_t>(u >> 16);
   }
+  const auto W = replicate(W1, copies);
   std::vector<float> C(static_cast<size_t>(M * N));
   int64_t i = 0;
   for (auto _ : state) {
@@ -81,9 +104,9 @@ void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_
   const auto A = random_vec(M * K);
   const auto Wf = random_vec(N * K);
   const auto rb = static_cast<int64_t>(k3::ir::q8_row_bytes(static_cast<uint64_t>(K)));
-  std::vector<uint8_t> W(static_cast<size_t>(copies * N * rb));
-  for (int64_t c = 0; c < copies; ++c)
-    for (int64_t n = 0; n < N; ++n) k3::quantize_q8_row(Wf.data() + n * K, K, W.data() + (c * N + n) * rb);
+  std::vector<uint8_t> W1(static_cast<size_t>(N * rb));
+  for (int64_t n = 0; n < N; ++n) k3::quantize_q8_row(Wf.data() + n * K, K, W1.data() + n * rb);
+  const auto W = replicate(W1, copies);
   std::vector<float> C(static_cast<size_t>(M * N));
   int64_t i = 0;
   for (auto _ : state) {
@@ -114,17 +137,17 @@ void bm_prepare(benchmark::State& state, const k3::kernels::PreparedGemm* pg, in
 
 // One thread's share of a k3-base int8 MoE down projection at prefill: 8
 // experts of 32 rows, K 1536, the 512 output columns in 4 chunks (a 2-thread
-// parallel_for), weights rotated through > 64 MiB so they come from DRAM.
+// parallel_for), weights rotated through stream_bytes() so they come from DRAM.
 // per_chunk: each chunk's call rounds its rows (gemm_nt_q8); prepared: the
 // rows are rounded once and the chunks multiply them (what the MoE op does).
 void bm_q8_moe_down(benchmark::State& state, const KernelTable* t, bool prepared) {
   constexpr int64_t E = 8, M = 32, N = 512, K = 1536, chunks = 4;
   const auto rb = static_cast<int64_t>(k3::ir::q8_row_bytes(static_cast<uint64_t>(K)));
-  const int64_t copies = (int64_t{64} << 20) / (E * N * rb) + 1;
+  const int64_t copies = stream_bytes() / (E * N * rb) + 1;
   const auto Wf = random_vec(N * K);
-  std::vector<uint8_t> W(static_cast<size_t>(copies * E * N * rb));
-  for (int64_t c = 0; c < copies * E; ++c)
-    for (int64_t n = 0; n < N; ++n) k3::quantize_q8_row(Wf.data() + n * K, K, W.data() + (c * N + n) * rb);
+  std::vector<uint8_t> W1(static_cast<size_t>(N * rb));
+  for (int64_t n = 0; n < N; ++n) k3::quantize_q8_row(Wf.data() + n * K, K, W1.data() + n * rb);
+  const auto W = replicate(W1, copies * E);
   const auto A = random_vec(E * M * K);
   const int64_t prb = t->q8_prepared.row_bytes(K);
   std::vector<uint8_t> P(static_cast<size_t>(E * M * prb + 64));
@@ -156,13 +179,14 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
                     bool bf16) {
   const auto A = random_vec(M * K);
   const auto Wf = random_vec(N * K);
-  std::vector<float> P(static_cast<size_t>(copies * N * K));
-  std::vector<uint16_t> rows16(Wf.size()), P16(P.size());
+  std::vector<float> P1(Wf.size());
+  std::vector<uint16_t> rows16(Wf.size()), P16_1(Wf.size());
   for (size_t i = 0; i < Wf.size(); ++i) rows16[i] = k3::f32_to_bf16(Wf[i]);
-  for (int64_t c = 0; c < copies; ++c) {
-    k3::pack_panels(Wf.data(), N, K, P.data() + c * N * K);
-    k3::pack_panels(rows16.data(), N, K, P16.data() + c * N * K);
-  }
+  k3::pack_panels(Wf.data(), N, K, P1.data());
+  k3::pack_panels(rows16.data(), N, K, P16_1.data());
+  // Only the copies of the layout this run reads.
+  const auto P = bf16 ? std::vector<float>() : replicate(P1, copies);
+  const auto P16 = bf16 ? replicate(P16_1, copies) : std::vector<uint16_t>();
   std::vector<float> C(static_cast<size_t>(M * N));
   int64_t i = 0;
   for (auto _ : state) {
@@ -183,7 +207,8 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
 // that many caches, so each call reads its cache from memory, as a decode
 // step at batch 8 does (its caches exceed the last-level cache).
 void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd, int64_t copies) {
-  const auto q = random_vec(hd), k = random_vec(copies * len * hd), v = random_vec(copies * len * hd);
+  const auto q = random_vec(hd), k = replicate(random_vec(len * hd), copies),
+             v = replicate(random_vec(len * hd), copies);
   std::vector<float> out(static_cast<size_t>(hd));
   const float scale = 0.125f;
   int64_t i = 0;
@@ -205,7 +230,7 @@ struct GemmShape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  constexpr int64_t kStreamBytes = int64_t{64} << 20;
+  const int64_t stream = stream_bytes();
   // M 1/4/8: decode at batch 1/4/8. M 32: one expert's share of a 128-token
   // prefill (top-2 of 8 experts). M 128: a dense Linear over that prefill.
   // N 320 / K 320: k3-base's attention projections (5 heads of 64), whose K
@@ -229,7 +254,7 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_hot" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
                                    int64_t{1}, true);
       if (s.M <= 32) {  // W from memory, as decode and MoE prefill read it
-        const int64_t copies = kStreamBytes / (s.N * s.K * 4) + 1;
+        const int64_t copies = stream / (s.N * s.K * 4) + 1;
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_stream" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, copies);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_stream" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
                                      copies * 2, false);
@@ -255,7 +280,7 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((prefix + "/attend/len" + std::to_string(len) + "_hd64").c_str(), bm_attend, t, len,
                                    int64_t{64}, int64_t{1});
       benchmark::RegisterBenchmark((prefix + "/attend_stream/len" + std::to_string(len) + "_hd64").c_str(), bm_attend,
-                                   t, len, int64_t{64}, kStreamBytes / (2 * len * 64 * 4) + 1);
+                                   t, len, int64_t{64}, stream / (2 * len * 64 * 4) + 1);
     }
   }
   benchmark::Initialize(&argc, argv);
