@@ -13,7 +13,9 @@
 // (docs/performance.md), so per-region costs of a microsecond are a few
 // percent of the step.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -33,14 +35,16 @@ void bm_empty_region(benchmark::State& state) {
 }
 BENCHMARK(bm_empty_region)->Arg(1)->Arg(2)->UseRealTime();
 
-// Ring of bf16 matrices [N, K] totalling at least 1 GiB, so that no matrix is
-// still cached when its turn comes again (this project's hosts have had up to
-// 480 MiB of L3).
+// Ring of bf16 matrices [N, K] totalling 1 GiB or twice the last-level cache,
+// whichever is more, so that no matrix is still cached when its turn comes
+// again (this project's hosts have had up to 480 MiB of L3).
 void bm_gemv_region(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t n = state.range(1), k = 512;
   const int64_t matrix = n * k;
-  const int64_t ring = std::max<int64_t>(4, (int64_t{1} << 30) / (matrix * 2));
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const int64_t bytes = std::max<int64_t>(int64_t{1} << 30, llc > 0 ? 2 * static_cast<int64_t>(llc) : 0);
+  const int64_t ring = std::max<int64_t>(4, bytes / (matrix * 2));
   std::vector<uint16_t> w(static_cast<size_t>(matrix * ring), 0x3f80);  // 1.0
   std::vector<float> x(static_cast<size_t>(k), 0.5f), y(static_cast<size_t>(n));
   const k3::kernels::KernelTable& kt = k3::kernels::best_table();
