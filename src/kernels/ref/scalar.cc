@@ -231,15 +231,6 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   for (int64_t i = 0; i < hd; ++i) out[i] /= sum;
 }
 
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
-            float* out) {
-  attend_rows(q, k, v, len, hd, stride, scale, out);
-}
-void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd, int64_t stride,
-                 float scale, float* out) {
-  attend_rows(q, k, v, len, hd, stride, scale, out);
-}
-
 constexpr KernelTable kTable = {
     .isa = Isa::kScalar,
     .gemm_nt = gemm_nt,
@@ -256,8 +247,8 @@ constexpr KernelTable kTable = {
     .silu_mul = silu_mul,
     .add = add,
     .axpy = axpy,
-    .attend = attend,
-    .attend_bf16 = attend_bf16,
+    .attend = attend_rows<float>,
+    .attend_bf16 = attend_rows<uint16_t>,
 };
 
 }  // namespace

@@ -644,15 +644,6 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
-            float* out) {
-  attend_rows(q, k, v, len, hd, stride, scale, out);
-}
-void attend_bf16(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd, int64_t stride,
-                 float scale, float* out) {
-  attend_rows(q, k, v, len, hd, stride, scale, out);
-}
-
 constexpr KernelTable kTable = {
     .isa = Isa::kAvx512,
     .gemm_nt = gemm_nt,
@@ -669,8 +660,8 @@ constexpr KernelTable kTable = {
     .silu_mul = silu_mul,
     .add = add,
     .axpy = axpy,
-    .attend = attend,
-    .attend_bf16 = attend_bf16,
+    .attend = attend_rows<float>,
+    .attend_bf16 = attend_rows<uint16_t>,
 };
 
 // The table with the VNNI int8 GEMM (x86/avx512_vnni.cc) for CPUs that
