@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
   const GemmShape shapes[] = {{1, 1536, 512},   {4, 1536, 512},   {8, 1536, 512}, {32, 1536, 512},
                               {128, 1536, 512}, {1, 512, 1536},   {4, 512, 1536}, {8, 512, 1536},
                               {32, 512, 1536},  {128, 512, 1536}, {8, 320, 512},  {8, 512, 320}};
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     const KernelTable* t = k3::kernels::table_for(isa);
     if (t == nullptr) continue;
     const std::string prefix(k3::kernels::isa_name(isa));

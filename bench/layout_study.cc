@@ -140,7 +140,7 @@ void run(const KernelTable& t, int64_t N, int64_t K, bool stream) {
 }  // namespace
 
 int main() {
-  const KernelTable& t = k3::kernels::best_table();  // K3_ISA=scalar|avx2|avx512 caps it
+  const KernelTable& t = k3::kernels::best_table();  // K3_ISA=scalar|avx2|avx512|amx caps it
   bool ok = true;
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1536, 512}, {512, 1536}}) ok = check(t, n, k) && ok;
   if (!ok) {

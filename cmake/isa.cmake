@@ -7,6 +7,8 @@ set(K3_AVX512_FLAGS -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c)
 set(K3_AVX512VNNI_FLAGS ${K3_AVX512_FLAGS} -mavx512vnni)
 # The bf16 dot-product GEMM only (x86/avx512_bf16.cc), chosen when CPUID has it.
 set(K3_AVX512BF16_FLAGS ${K3_AVX512_FLAGS} -mavx512bf16)
+# The AMX bf16 GEMM only (x86/avx512_amx.cc), chosen when CPUID and the OS allow.
+set(K3_AMX_FLAGS ${K3_AVX512BF16_FLAGS} -mamx-tile -mamx-bf16)
 
 function(k3_isa_sources target isa)
   if(isa STREQUAL "avx2")
@@ -17,6 +19,8 @@ function(k3_isa_sources target isa)
     set(flags ${K3_AVX512VNNI_FLAGS})
   elseif(isa STREQUAL "avx512bf16")
     set(flags ${K3_AVX512BF16_FLAGS})
+  elseif(isa STREQUAL "amx")
+    set(flags ${K3_AMX_FLAGS})
   else()
     message(FATAL_ERROR "unknown isa ${isa}")
   endif()

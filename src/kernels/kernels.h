@@ -12,7 +12,10 @@
 
 namespace k3::kernels {
 
-enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// Ordered by capability. kAmx is the AVX-512 table with its bf16 dot-product
+// GEMM on the AMX tile unit (x86/avx512_amx.cc): CPUs with AMX-BF16 and
+// avx512bf16 whose OS grants the process the tile registers.
+enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
 // Largest K gemm_nt_q8 takes (its quantized activations live on the stack).
 inline constexpr int64_t kQ8MaxK = 32768;
@@ -20,6 +23,8 @@ inline constexpr int64_t kQ8MaxK = 32768;
 inline constexpr int64_t kBf16DotMaxK = 32768;
 
 std::string_view isa_name(Isa isa);
+// The Isa named `name` (isa_name's spelling), false if none is.
+bool parse_isa(std::string_view name, Isa* isa);
 
 // The activation side of a product whose kernel rounds A before multiplying
 // (gemm_nt_q8, gemm_nt_bf16dot), split from the product for callers that
@@ -151,8 +156,9 @@ struct KernelTable {
 const KernelTable& scalar_table();
 // Table for a given ISA, or nullptr if this CPU (or this build) cannot run it.
 const KernelTable* table_for(Isa isa);
-// Best table this CPU supports; K3_ISA=scalar|avx2|avx512 in the environment
-// caps it (for testing and for comparing paths on one machine).
+// Best table this CPU supports up to avx512; K3_ISA=scalar|avx2|avx512 in
+// the environment caps it lower (for testing and for comparing paths on one
+// machine), K3_ISA=amx opts in to the amx table where the CPU has it.
 const KernelTable& best_table();
 // Highest ISA the CPU supports, from CPUID.
 Isa detect_isa();

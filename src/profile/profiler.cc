@@ -306,7 +306,8 @@ std::string format_report(const ProfileReport& r, int top_n) {
            r.step_ms > 0 ? r.total.bytes() / (r.step_ms * 1e6) : 0.0, r.step_ms > 0 ? r.total.flops / (r.step_ms * 1e6) : 0.0);
   if (r.limits.known()) {
     std::string dots;
-    if (r.limits.bf16_peak_gflops > 0) dots += fmt(", bf16 dot %.1f", r.limits.bf16_peak_gflops);
+    if (r.limits.bf16_peak_gflops > 0)
+      dots += fmt(r.limits.bf16_amx ? ", bf16 amx %.1f" : ", bf16 dot %.1f", r.limits.bf16_peak_gflops);
     if (r.limits.int8_peak_gops > 0) dots += fmt(", int8 dot %.1f GOP/s", r.limits.int8_peak_gops);
     o += fmt("limits read %.1f GB/s, fp32 peak %.1f GFLOP/s%s, %s ridge %.2f flop/byte (%s)\n", r.limits.read_gb_per_s,
              r.limits.peak_gflops, dots.c_str(), precision_name(r.main_precision), r.limits.ridge(r.main_precision),
@@ -392,6 +393,7 @@ nlohmann::json report_json(const ProfileReport& r) {
     j["limits"] = {{"read_gb_per_s", r.limits.read_gb_per_s},
                    {"peak_gflop_per_s", r.limits.peak_gflops},
                    {"bf16_peak_gflop_per_s", r.limits.bf16_peak_gflops},
+                   {"bf16_peak_unit", r.limits.bf16_amx ? "amx" : "dot"},
                    {"int8_peak_gop_per_s", r.limits.int8_peak_gops},
                    {"ridge_flop_per_byte", r.limits.ridge(r.main_precision)},
                    {"cache_bytes", r.limits.cache_bytes},

@@ -128,6 +128,7 @@ struct MachineLimits {
   double read_gb_per_s = 0;  // best measured read bandwidth with the step's threads
   double peak_gflops = 0;    // fp32 peak with the step's threads
   double bf16_peak_gflops = 0;  // vdpbf16ps peak with the step's threads (0: none measured)
+  bool bf16_amx = false;        // bf16_peak_gflops is the AMX tiles' (the engine runs the amx table)
   double int8_peak_gops = 0;    // vpdpbusd peak with the step's threads (0: none measured)
   int64_t cache_bytes = 0;   // last-level cache; 0 = unknown
   std::string source;        // where the numbers came from

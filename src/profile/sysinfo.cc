@@ -96,12 +96,16 @@ const std::string& cpu_model() {
 
 bool cpu_has_bf16() {
   __builtin_cpu_init();
-  return kernels::detect_isa() == kernels::Isa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+  return kernels::detect_isa() >= kernels::Isa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+}
+
+bool cpu_has_amx() {
+  return kernels::detect_isa() == kernels::Isa::kAmx;
 }
 
 bool cpu_has_vnni() {
   __builtin_cpu_init();
-  return kernels::detect_isa() == kernels::Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
+  return kernels::detect_isa() >= kernels::Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
 }
 
 // The level the kernels can reach plus the extensions that matter for
@@ -200,6 +204,7 @@ struct Loops {
 
 Loops loops_for_cpu() {
   switch (kernels::detect_isa()) {
+    case kernels::Isa::kAmx:
     case kernels::Isa::kAvx512:
       return {detail::read_streams_avx512, detail::copy_avx512, detail::triad_avx512, detail::fma_loop_avx512};
     case kernels::Isa::kAvx2:
@@ -543,6 +548,7 @@ nlohmann::json SysInfo::to_json() const {
   j["fp32_gflops_per_core"] = fp32_gflops_per_core;
   j["fp32_gflops_total"] = fp32_gflops_total;
   j["bf16_gflops_per_core"] = optional_json(bf16_gflops_per_core);
+  j["amx_bf16_gflops_per_core"] = optional_json(amx_bf16_gflops_per_core);
   j["int8_gops_per_core"] = optional_json(int8_gops_per_core);
   j["bytes_per_measurement"] = bytes_per_measurement;
   j["repetitions"] = repetitions;
@@ -579,6 +585,9 @@ StatusOr<SysInfo> SysInfo::from_json(const nlohmann::json& j) {
   K3_RETURN_IF_ERROR(get_number(j, "fp32_gflops_per_core", s.fp32_gflops_per_core));
   K3_RETURN_IF_ERROR(get_number(j, "fp32_gflops_total", s.fp32_gflops_total));
   K3_RETURN_IF_ERROR(get_optional_number(j, "bf16_gflops_per_core", s.bf16_gflops_per_core));
+  // Added after the first caches were written: absent reads as not measured.
+  if (j.contains("amx_bf16_gflops_per_core"))
+    K3_RETURN_IF_ERROR(get_optional_number(j, "amx_bf16_gflops_per_core", s.amx_bf16_gflops_per_core));
   K3_RETURN_IF_ERROR(get_optional_number(j, "int8_gops_per_core", s.int8_gops_per_core));
   K3_RETURN_IF_ERROR(get_int(j, "bytes_per_measurement", s.bytes_per_measurement, 0));
   K3_RETURN_IF_ERROR(get_int(j, "repetitions", s.repetitions, 0));
@@ -642,6 +651,7 @@ StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& options) {
   };
   info.fp32_gflops_per_core = peak(loops.fma != nullptr ? loops.fma : scalar_fma_loop, &info.fp32_gflops_total);
   if (cpu_has_bf16()) info.bf16_gflops_per_core = peak(detail::dpbf16_loop_avx512, nullptr);
+  if (cpu_has_amx()) info.amx_bf16_gflops_per_core = peak(detail::tdpbf16_loop_amx, nullptr);
   if (cpu_has_vnni()) info.int8_gops_per_core = peak(detail::dpbusd_loop_avx512, nullptr);
   return info;
 }
@@ -761,6 +771,7 @@ StatusOr<PeaksNow> PeakProbe::measure(double seconds, int runs) {
   p.fp32_gflops =
       peak_ops_per_s(pool, seconds, runs, impl_->loops.fma != nullptr ? impl_->loops.fma : scalar_fma_loop) / 1e9;
   if (cpu_has_bf16()) p.bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::dpbf16_loop_avx512) / 1e9;
+  if (cpu_has_amx()) p.amx_bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::tdpbf16_loop_amx) / 1e9;
   if (cpu_has_vnni()) p.int8_gops = peak_ops_per_s(pool, seconds, runs, detail::dpbusd_loop_avx512) / 1e9;
   return p;
 }

@@ -42,6 +42,9 @@ struct SysInfo {
   double fp32_gflops_per_core = 0;
   double fp32_gflops_total = 0;  // all measured threads at once
   std::optional<double> bf16_gflops_per_core;  // vdpbf16ps; nullopt: the CPU lacks it
+  // TDPBF16PS (the amx kernel table's bf16 GEMM); nullopt: no AMX-BF16, or
+  // the OS does not grant the tile registers.
+  std::optional<double> amx_bf16_gflops_per_core;
   std::optional<double> int8_gops_per_core;    // vpdpbusd (AVX512-VNNI); nullopt: the CPU lacks it
 
   int64_t bytes_per_measurement = 0;  // bytes one read measurement streams
@@ -125,6 +128,7 @@ class ReadProbe {
 struct PeaksNow {
   double fp32_gflops = 0;
   double bf16_gflops = 0;  // vdpbf16ps
+  double amx_bf16_gflops = 0;  // TDPBF16PS (0: no AMX)
   double int8_gops = 0;    // vpdpbusd
 };
 
@@ -167,6 +171,7 @@ float fma_loop_avx2(int64_t iters, double* ops);
 float fma_loop_avx512(int64_t iters, double* ops);
 float dpbf16_loop_avx512(int64_t iters, double* ops);  // needs AVX512-BF16
 int32_t dpbusd_loop_avx512(int64_t iters, double* ops);  // needs AVX512-VNNI
+float tdpbf16_loop_amx(int64_t iters, double* ops);      // needs kernels::Isa::kAmx
 }  // namespace detail
 
 }  // namespace k3::profile

@@ -309,7 +309,7 @@ def test_json_fields(k3, checkpoints) -> None:
         assert isinstance(out[key], (int, float)) and out[key] >= 0, key
     assert out["seed"] == SAMPLING["seed"]
     assert isinstance(out["threads"], int) and out["threads"] >= 1
-    assert out["isa"] in ("scalar", "avx2", "avx512")
+    assert out["isa"] in ("scalar", "avx2", "avx512", "amx")
 
 
 def test_plain_output_is_one_line_per_prompt(k3, checkpoints) -> None:

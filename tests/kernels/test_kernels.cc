@@ -214,9 +214,10 @@ std::vector<float> round_bf16(const std::vector<float>& a) {
 // past each output row.
 TEST_P(KernelTest, GemmBf16DotMatchesReference) {
   std::mt19937 rng(11);
-  for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 13}) {
+  // M 33 and N 37: the AMX table's second row and column tiles and their tails.
+  for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 13, 33}) {
     for (int64_t K : {1, 7, 31, 32, 33, 64, 100, 513}) {
-      for (int64_t N : {1, 3, 4, 5, 17}) {
+      for (int64_t N : {1, 3, 4, 5, 17, 37}) {
         const int64_t lda = K + (K % 2), ldw = K + (K % 3), ldc = N + 1;
         const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
         const auto W16 = random_bf16(static_cast<int64_t>(strided_size(N, K, ldw)), rng);
@@ -263,13 +264,14 @@ TEST_P(KernelTest, GemmBf16DotRoundsActivations) {
 
 // Batched rows equal single-row calls bit for bit, and column splits equal
 // one whole call, including M large enough at K = 2000 that the rounded
-// activations take several chunks of the kernels' stack buffers.
+// activations take several chunks of the kernels' stack buffers, and K =
+// 4500, which the AMX table sums in three passes over k.
 TEST_P(KernelTest, GemmBf16DotBitExactAcrossBatchAndSplits) {
   std::mt19937 rng(12);
   constexpr int64_t N = 37;
-  for (int64_t K : {7, 32, 100, 513, 2000}) {
+  for (int64_t K : {7, 32, 100, 513, 2000, 4500}) {
     const auto W = random_bf16(N * K, rng);
-    for (int64_t M : K == 2000 ? std::vector<int64_t>{70} : std::vector<int64_t>{7, 8, 9, 13}) {
+    for (int64_t M : K >= 2000 ? std::vector<int64_t>{70} : std::vector<int64_t>{7, 8, 9, 13, 33}) {
       const auto A = random_vec(M * K, rng);
       std::vector<float> whole(static_cast<size_t>(M * N));
       t().gemm_nt_bf16dot(M, 0, N, K, A.data(), K, W.data(), K, whole.data(), N);
@@ -889,7 +891,7 @@ TEST_P(KernelTest, AttendLargeScoresStable) {
   check_attend(t(), q, k, v, len, hd, hd, 100.0f, 5e-6f);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, KernelTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(AllIsas, KernelTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
 // ---- dispatch --------------------------------------------------------------
@@ -898,8 +900,18 @@ TEST(Dispatch, NamesAndTables) {
   EXPECT_EQ(isa_name(Isa::kScalar), "scalar");
   EXPECT_EQ(isa_name(Isa::kAvx2), "avx2");
   EXPECT_EQ(isa_name(Isa::kAvx512), "avx512");
+  EXPECT_EQ(isa_name(Isa::kAmx), "amx");
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    Isa parsed = Isa::kScalar;
+    EXPECT_TRUE(parse_isa(isa_name(isa), &parsed));
+    EXPECT_EQ(parsed, isa);
+  }
+  Isa untouched = Isa::kAvx2;
+  EXPECT_FALSE(parse_isa("avx512f", &untouched));
+  EXPECT_FALSE(parse_isa("", &untouched));
+  EXPECT_EQ(untouched, Isa::kAvx2);
   EXPECT_EQ(table_for(Isa::kScalar), &scalar_table());
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     const KernelTable* table = table_for(isa);
     const bool runnable = static_cast<int>(isa) <= static_cast<int>(detect_isa());
     ASSERT_EQ(table != nullptr, runnable) << isa_name(isa);
@@ -909,13 +921,15 @@ TEST(Dispatch, NamesAndTables) {
   }
 }
 
+// Without K3_ISA the best table stops at avx512 (amx is opt-in).
 TEST(Dispatch, BestTableHonoursCap) {
   Isa want = detect_isa();
+  Isa c = Isa::kAvx512;
   if (const char* env = std::getenv("K3_ISA")) {
     const std::string cap(env);
-    const Isa c = cap == "scalar" ? Isa::kScalar : cap == "avx2" ? Isa::kAvx2 : Isa::kAvx512;
-    if (static_cast<int>(c) < static_cast<int>(want)) want = c;
+    (void)parse_isa(cap, &c);  // unknown values leave the default cap
   }
+  if (static_cast<int>(c) < static_cast<int>(want)) want = c;
   EXPECT_EQ(best_table().isa, want);
   EXPECT_EQ(&best_table(), &best_table());
 }

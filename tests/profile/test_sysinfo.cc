@@ -81,6 +81,11 @@ TEST(SysInfo, MeasuresPositiveFiniteNumbers) {
   if (s->int8_gops_per_core) {
     EXPECT_TRUE(positive_finite(*s->int8_gops_per_core));
   }
+  // The AMX peak exactly where the amx kernel table exists.
+  EXPECT_EQ(s->amx_bf16_gflops_per_core.has_value(), kernels::table_for(kernels::Isa::kAmx) != nullptr);
+  if (s->amx_bf16_gflops_per_core) {
+    EXPECT_TRUE(positive_finite(*s->amx_bf16_gflops_per_core));
+  }
 }
 
 TEST(SysInfo, MeasuresEveryThreadCount) {
@@ -101,7 +106,7 @@ TEST(SysInfo, MeasuresEveryThreadCount) {
 TEST(SysInfoLoops, ComputeWhatTheyClaim) {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = kernels::detect_isa() == kernels::Isa::kAvx512;
+  const bool avx512 = kernels::detect_isa() >= kernels::Isa::kAvx512;
   if (!avx2) GTEST_SKIP() << "no AVX2 on this CPU";
 
   constexpr int64_t kBytes = 4096;  // per stream, a multiple of 512
@@ -203,6 +208,7 @@ TEST(PeakProbe, MeasuresThePeaksThisCpuHasAndRejectsBadOptions) {
   ASSERT_TRUE(si.ok()) << si.status().message();
   EXPECT_EQ(now->bf16_gflops > 0, si->bf16_gflops_per_core.has_value());
   EXPECT_EQ(now->int8_gops > 0, si->int8_gops_per_core.has_value());
+  EXPECT_EQ(now->amx_bf16_gflops > 0, si->amx_bf16_gflops_per_core.has_value());
   EXPECT_FALSE((*probe)->measure(0.0, 2).ok());
   EXPECT_FALSE((*probe)->measure(0.002, 0).ok());
   EXPECT_FALSE(PeakProbe::create(0).ok());
@@ -241,6 +247,7 @@ SysInfo sample(bool with_low_precision) {
   if (with_low_precision) {
     s.bf16_gflops_per_core = 255.0;
     s.int8_gops_per_core = 810.0;
+    s.amx_bf16_gflops_per_core = 3449.5;
   }
   s.bytes_per_measurement = int64_t{256} << 20;
   s.repetitions = 5;
@@ -268,6 +275,7 @@ void expect_same(const SysInfo& a, const SysInfo& b) {
   EXPECT_EQ(a.fp32_gflops_total, b.fp32_gflops_total);
   EXPECT_EQ(a.bf16_gflops_per_core, b.bf16_gflops_per_core);
   EXPECT_EQ(a.int8_gops_per_core, b.int8_gops_per_core);
+  EXPECT_EQ(a.amx_bf16_gflops_per_core, b.amx_bf16_gflops_per_core);
   EXPECT_EQ(a.bytes_per_measurement, b.bytes_per_measurement);
   EXPECT_EQ(a.repetitions, b.repetitions);
   EXPECT_EQ(a.measured_at, b.measured_at);
@@ -280,11 +288,24 @@ TEST(SysInfoJson, RoundTripsThroughText) {
     if (!low) {
       EXPECT_TRUE(j["bf16_gflops_per_core"].is_null());
       EXPECT_TRUE(j["int8_gops_per_core"].is_null());
+      EXPECT_TRUE(j["amx_bf16_gflops_per_core"].is_null());
     }
     auto back = SysInfo::from_json(nlohmann::json::parse(j.dump()));
     ASSERT_TRUE(back.ok()) << back.status().message();
     expect_same(s, *back);
   }
+}
+
+// Caches written before the AMX peak existed still load, without it.
+TEST(SysInfoJson, ReadsACacheWithoutTheAmxPeak) {
+  nlohmann::json j = sample(true).to_json();
+  j.erase("amx_bf16_gflops_per_core");
+  auto back = SysInfo::from_json(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_FALSE(back->amx_bf16_gflops_per_core.has_value());
+  EXPECT_EQ(back->bf16_gflops_per_core, 255.0);
+  j["amx_bf16_gflops_per_core"] = "fast";
+  EXPECT_FALSE(SysInfo::from_json(j).ok());
 }
 
 TEST(SysInfoJson, RoundTripsAMeasurement) {

@@ -111,9 +111,8 @@ int run_generate(const GenerateFlags& f) {
   eo.reference = f.reference;
   eo.moe_dense = f.moe_dense;
   if (!f.isa.empty()) {
-    kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar
-                       : f.isa == "avx2" ? kernels::Isa::kAvx2
-                                         : kernels::Isa::kAvx512;
+    kernels::Isa isa = kernels::Isa::kScalar;
+    (void)kernels::parse_isa(f.isa, &isa);  // CLI::IsMember allowed only names
     eo.kernels = kernels::table_for(isa);
     if (eo.kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
   }
@@ -262,7 +261,7 @@ Registered add_generate(CLI::App& app) {
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")
       ->check(CLI::Range(int64_t{1}, int64_t{8192}));
   sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")
-      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
   sub->add_flag("--moe-dense", f->moe_dense,
                 "Run the article's dense MoE (every expert on every token, masked); for measuring");
   sub->add_flag("--reference", f->reference, "Run the scalar reference ops (slow; for checking)");

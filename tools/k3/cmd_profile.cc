@@ -37,7 +37,9 @@ struct ProfileFlags {
 // Roofline denominators for `threads` threads from the (cached) sysinfo
 // measurement. Peak compute is per-core peak times the threads used, capped
 // by what all measured threads reached together (SMT siblings share units).
-profile::MachineLimits machine_limits(int threads, bool refresh) {
+// amx: the engine runs the amx kernel table, whose bf16 GEMM is bound by the
+// AMX tiles' peak rather than vdpbf16ps's.
+profile::MachineLimits machine_limits(int threads, bool refresh, bool amx) {
   profile::MachineLimits lim;
   auto si = profile::load_or_measure_sysinfo(threads, refresh);
   if (!si.ok()) {
@@ -51,6 +53,10 @@ profile::MachineLimits machine_limits(int threads, bool refresh) {
   // Only per-core dot peaks are measured: times the threads, as FMA would
   // scale without an all-thread measurement.
   if (si->bf16_gflops_per_core) lim.bf16_peak_gflops = *si->bf16_gflops_per_core * used;
+  if (amx && si->amx_bf16_gflops_per_core) {
+    lim.bf16_peak_gflops = *si->amx_bf16_gflops_per_core * used;
+    lim.bf16_amx = true;
+  }
   if (si->int8_gops_per_core) lim.int8_peak_gops = *si->int8_gops_per_core * used;
   lim.cache_bytes = si->l3_bytes;
   lim.source = "sysinfo, " + std::to_string(threads) + " threads, measured " + si->measured_at;
@@ -88,9 +94,8 @@ int run_profile(const ProfileFlags& f) {
   eo->cpus = f.cpus;
   eo->mmap = f.mmap;
   if (!f.isa.empty()) {
-    kernels::Isa isa = f.isa == "scalar" ? kernels::Isa::kScalar
-                       : f.isa == "avx2" ? kernels::Isa::kAvx2
-                                         : kernels::Isa::kAvx512;
+    kernels::Isa isa = kernels::Isa::kScalar;
+    (void)kernels::parse_isa(f.isa, &isa);  // CLI::IsMember allowed only names
     eo->kernels = kernels::table_for(isa);
     if (eo->kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
   }
@@ -122,7 +127,7 @@ int run_profile(const ProfileFlags& f) {
   if (f.no_limits)
     lim.source = "--no-limits";
   else
-    lim = machine_limits(e.threads(), f.refresh_sysinfo);
+    lim = machine_limits(e.threads(), f.refresh_sysinfo, e.kernels().isa == kernels::Isa::kAmx);
 
   auto run = profile::run_profile(e, po);
   if (!run.ok()) return report(run.status());
@@ -137,6 +142,10 @@ int run_profile(const ProfileFlags& f) {
     if (now.ok() && now->fp32_gflops > 0) {
       lim.peak_gflops = now->fp32_gflops;
       if (now->bf16_gflops > 0) lim.bf16_peak_gflops = now->bf16_gflops;
+      if (e.kernels().isa == kernels::Isa::kAmx && now->amx_bf16_gflops > 0) {
+        lim.bf16_peak_gflops = now->amx_bf16_gflops;
+        lim.bf16_amx = true;
+      }
       if (now->int8_gops > 0) lim.int8_peak_gops = now->int8_gops;
       lim.source += "; compute peaks re-measured after the profiled steps, all threads at once";
     }
@@ -207,7 +216,7 @@ Registered add_profile(CLI::App& app) {
   add_mmap_flag(sub, &f->mmap);
   sub->add_option("--top", f->top, "Slowest nodes to list")->check(CLI::Range(0, 100000));
   sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")
-      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
   sub->add_option("--trace", f->trace, "Write a Chrome trace-event JSON file (Perfetto, chrome://tracing)");
   sub->add_flag("--json", f->json, "Print one JSON object instead of tables");
   sub->add_flag("--no-limits", f->no_limits, "Skip the machine limits (sysinfo) and the % of limit columns");

@@ -30,6 +30,13 @@ int64_t bf16dot_row_bytes_avx512bf16(int64_t K);
 void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
 void gemm_bf16dot_prepared_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                       int64_t ldw, float* C, int64_t ldc);
+// The AMX bf16 dot-product GEMM (x86/avx512_amx.cc), on prepared rows of
+// prepare_bf16dot_avx512bf16; call only when dispatch.cc reports Isa::kAmx
+// (CPUID and the OS's grant of the tile registers).
+void gemm_nt_bf16dot_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
+                         int64_t ldw, float* C, int64_t ldc);
+void gemm_bf16dot_prepared_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                               int64_t ldw, float* C, int64_t ldc);
 // The AVX-512 VNNI int8 GEMM and its PreparedGemm parts
 // (x86/avx512_vnni.cc); call only when CPUID reports avx512vnni.
 void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
