@@ -179,6 +179,27 @@ def test_quality_of_bf16_against_fp32(k3, checkpoints, tmp_path):
     assert 0.0 < q["mean_kl"] < 0.01
 
 
+def test_bf16_on_the_amx_table_keeps_its_quality(k3, checkpoints, tmp_path, monkeypatch):
+    """The opt-in amx kernel table (K3_ISA=amx, --isa amx) runs the bf16 dot
+    products on the AMX tiles, which sum in their own order: its bf16 model
+    must stay within the same quality bounds as the default table's, and
+    generate must say which table ran. Skipped where the CPU (or its OS)
+    gives no AMX: there --isa amx is a one-line error."""
+    bf16 = tmp_path / "bf16.k3m"
+    compile_model(k3, checkpoints["k3-small"], bf16, "--precision", "bf16")
+    probe = k3.run(*k3.generate_args(bf16, [PROMPT], max_new_tokens=1, isa="amx"))
+    if probe.returncode != 0:
+        assert_k3_error(probe, "--isa amx is not supported by this CPU")
+        pytest.skip("no AMX on this CPU")
+    out = k3.generate(bf16, [PROMPT], max_new_tokens=STEPS, temperature=0, isa="amx")
+    assert out["isa"] == "amx" and len(out["generated_ids"][0]) == STEPS
+    monkeypatch.setenv("K3_ISA", "amx")
+    q = _quality(k3, checkpoints["k3-small"], bf16, 128)
+    assert q["positions"] == 128
+    assert q["top1_agreement"] >= 0.9
+    assert 0.0 < q["mean_kl"] < 0.01
+
+
 def test_quality_of_int8_against_fp32(k3, checkpoints, tmp_path):
     """int8 weights cost more than bf16 but keep the top-1 choice almost
     always; the documented bounds (docs/precision.md) are asserted here on

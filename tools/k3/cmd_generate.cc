@@ -260,7 +260,7 @@ Registered add_generate(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")
       ->check(CLI::Range(int64_t{1}, int64_t{8192}));
-  sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")
+  sub->add_option("--isa", f->isa, "Kernel instruction set (default: the best this CPU has up to avx512; amx is opt-in)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
   sub->add_flag("--moe-dense", f->moe_dense,
                 "Run the article's dense MoE (every expert on every token, masked); for measuring");

@@ -215,7 +215,7 @@ Registered add_profile(CLI::App& app) {
                   "one CPU per thread, --threads defaults to their count");
   add_mmap_flag(sub, &f->mmap);
   sub->add_option("--top", f->top, "Slowest nodes to list")->check(CLI::Range(0, 100000));
-  sub->add_option("--isa", f->isa, "Kernel instruction set (default: best this CPU has)")
+  sub->add_option("--isa", f->isa, "Kernel instruction set (default: the best this CPU has up to avx512; amx is opt-in)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
   sub->add_option("--trace", f->trace, "Write a Chrome trace-event JSON file (Perfetto, chrome://tracing)");
   sub->add_flag("--json", f->json, "Print one JSON object instead of tables");
