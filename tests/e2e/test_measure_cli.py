@@ -63,6 +63,16 @@ def test_bench_reports_every_key_and_writes_files(k3: K3Runner, checkpoints: dic
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and "<polyline" in svg
 
 
+def test_bench_isa_picks_the_kernel_table(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:
+    """--isa pins the kernel table of every model bench loads (as in generate
+    and profile); the JSON says which ran."""
+    out = tmp_path / "b.json"
+    r = k3.run("bench", "--model", checkpoints["k3-tiny"], "--isa", "scalar", "--prompt-len", "4", "--gen-len", "2",
+               "--repeat", "1", "--warmup", "0", "--threads", "1", "--no-sysinfo", "--json", out, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["settings"]["isa"] == "scalar"
+
+
 def test_bench_compare_adds_ratio_columns(k3: K3Runner, checkpoints: dict) -> None:
     r = k3.run("bench", "--compare", f"{checkpoints['k3-tiny']},{checkpoints['k3-tiny-bf16']}", "--prompt-len", "4",
                "--gen-len", "4", "--repeat", "1", "--warmup", "0", "--threads", "1", "--no-sysinfo", timeout=120)
@@ -135,6 +145,7 @@ def test_bench_compare_mmap(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> 
     (["--compare", "onlyone"], "at least two"),
     (["--top-p", "0"], "top-p"),
     (["--plot", "out.png"], ".svg"),
+    (["--isa", "avx9"], "--isa"),
 ])
 def test_bench_rejects_bad_flags(k3: K3Runner, checkpoints: dict, args: list, needle: str) -> None:
     base = [] if "--compare" in args else ["--model", checkpoints["k3-tiny"]]

@@ -95,6 +95,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
     runtime::EngineOptions eo;
     eo.threads = s.threads;
     eo.cpus = s.cpus;
+    eo.kernels = s.kernels;
     eo.max_batch = max_batch;
     eo.ctx_len = s.prompt_len + s.gen_len;
     eo.prefill_chunk = std::min<int64_t>(s.prompt_len, 512);

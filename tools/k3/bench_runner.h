@@ -28,6 +28,7 @@ struct BenchSettings {
   int warmup = 1;
   int threads = 0;
   std::string cpus;        // EngineOptions::cpus
+  const kernels::KernelTable* kernels = nullptr;  // EngineOptions::kernels (nullptr: the default)
   std::vector<bool> mmap;  // per model: EngineOptions::mmap (empty: all false)
   runtime::SamplingParams sampling;
   double read_gb_per_s = 0;  // cached machine limit (k3 sysinfo); 0 = unknown

@@ -110,12 +110,9 @@ int run_generate(const GenerateFlags& f) {
     eo.prefill_chunk = std::max<int64_t>(eo.prefill_chunk, static_cast<int64_t>(prompts->front().size()));
   eo.reference = f.reference;
   eo.moe_dense = f.moe_dense;
-  if (!f.isa.empty()) {
-    kernels::Isa isa = kernels::Isa::kScalar;
-    (void)kernels::parse_isa(f.isa, &isa);  // CLI::IsMember allowed only names
-    eo.kernels = kernels::table_for(isa);
-    if (eo.kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
-  }
+  auto kt = kernels_for_isa_flag(f.isa);
+  if (!kt.ok()) return report(kt.status());
+  eo.kernels = *kt;
   const auto t_load = std::chrono::steady_clock::now();
   auto engine = runtime::Engine::load(f.model, eo);
   if (!engine.ok()) return report(engine.status());
@@ -260,8 +257,7 @@ Registered add_generate(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")
       ->check(CLI::Range(int64_t{1}, int64_t{8192}));
-  sub->add_option("--isa", f->isa, "Kernel instruction set (default: the best this CPU has up to avx512; amx is opt-in)")
-      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
+  add_isa_flag(sub, &f->isa);
   sub->add_flag("--moe-dense", f->moe_dense,
                 "Run the article's dense MoE (every expert on every token, masked); for measuring");
   sub->add_flag("--reference", f->reference, "Run the scalar reference ops (slow; for checking)");

@@ -93,12 +93,9 @@ int run_profile(const ProfileFlags& f) {
   eo->threads = f.threads;
   eo->cpus = f.cpus;
   eo->mmap = f.mmap;
-  if (!f.isa.empty()) {
-    kernels::Isa isa = kernels::Isa::kScalar;
-    (void)kernels::parse_isa(f.isa, &isa);  // CLI::IsMember allowed only names
-    eo->kernels = kernels::table_for(isa);
-    if (eo->kernels == nullptr) return report(invalid_argument("--isa " + f.isa + " is not supported by this CPU"));
-  }
+  auto kt = kernels_for_isa_flag(f.isa);
+  if (!kt.ok()) return report(kt.status());
+  eo->kernels = *kt;
   // The bandwidth probe is made before the engine: its threads must not
   // inherit the pinning (--cpus) the engine gives this thread.
   std::unique_ptr<profile::ReadProbe> probe;
@@ -215,8 +212,7 @@ Registered add_profile(CLI::App& app) {
                   "one CPU per thread, --threads defaults to their count");
   add_mmap_flag(sub, &f->mmap);
   sub->add_option("--top", f->top, "Slowest nodes to list")->check(CLI::Range(0, 100000));
-  sub->add_option("--isa", f->isa, "Kernel instruction set (default: the best this CPU has up to avx512; amx is opt-in)")
-      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
+  add_isa_flag(sub, &f->isa);
   sub->add_option("--trace", f->trace, "Write a Chrome trace-event JSON file (Perfetto, chrome://tracing)");
   sub->add_flag("--json", f->json, "Print one JSON object instead of tables");
   sub->add_flag("--no-limits", f->no_limits, "Skip the machine limits (sysinfo) and the % of limit columns");

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "kernels/kernels.h"
 #include "util/status.h"
 
 namespace k3::cli {
@@ -44,5 +45,11 @@ int engine_threads(int threads, const std::string& cpus);
 
 // --mmap, the same text in every command that loads a model.
 void add_mmap_flag(CLI::App* sub, bool* mmap);
+
+// --isa scalar|avx2|avx512|amx, the same in every command that runs a model.
+void add_isa_flag(CLI::App* sub, std::string* isa);
+// The kernel table --isa names: nullptr for "" (the engine's default, the
+// best up to avx512), an error naming the flag if this CPU cannot run it.
+StatusOr<const kernels::KernelTable*> kernels_for_isa_flag(const std::string& isa);
 
 }  // namespace k3::cli

@@ -46,6 +46,20 @@ void add_mmap_flag(CLI::App* sub, bool* mmap) {
                 "which decode streams faster (docs/runtime.md)");
 }
 
+void add_isa_flag(CLI::App* sub, std::string* isa) {
+  sub->add_option("--isa", *isa, "Kernel instruction set (default: the best this CPU has up to avx512; amx is opt-in)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
+}
+
+StatusOr<const kernels::KernelTable*> kernels_for_isa_flag(const std::string& isa) {
+  if (isa.empty()) return static_cast<const kernels::KernelTable*>(nullptr);
+  kernels::Isa want = kernels::Isa::kScalar;
+  if (!kernels::parse_isa(isa, &want)) return invalid_argument("--isa " + isa + " is not an instruction set");
+  const kernels::KernelTable* t = kernels::table_for(want);
+  if (t == nullptr) return invalid_argument("--isa " + isa + " is not supported by this CPU");
+  return t;
+}
+
 int engine_threads(int threads, const std::string& cpus) {
   if (threads > 0) return threads;
   if (!cpus.empty())
