@@ -88,6 +88,9 @@ void configure(const Shape& s) {
     set(3, s.r1, 64);
     set(7, 16, 4 * s.c0);
   }
+  // GCC 12 does not treat LDTILECFG as reading its operand and drops the
+  // stores above as dead; the barrier makes them happen first.
+  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
 }
 

@@ -21,6 +21,8 @@ float tdpbf16_loop_amx(int64_t iters, double* ops) {
   } cfg;
   alignas(64) uint16_t ab[512];
   for (uint16_t& x : ab) x = 0x3f00;  // bf16 0.5
+  // GCC 12 does not treat LDTILECFG as reading its operand (dead stores).
+  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
   _tile_zero(0);
   _tile_zero(1);
