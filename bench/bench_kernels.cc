@@ -24,6 +24,7 @@
 #include "util/half.h"
 #include "util/panel.h"
 #include "util/quant.h"
+#include "util/tiles.h"
 
 namespace {
 
@@ -95,6 +96,35 @@ void bm_gemm_bf16(benchmark::State& state, const KernelTable* t, int64_t M, int6
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * N * K * static_cast<int64_t>(sizeof(uint16_t)));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// bm_gemm_bf16's dot product with W in the tile layout (kBF16DotT16,
+// k3 compile --weight-layout tiles): the table's bf16dot_tiles_prepared,
+// rounding A in the loop as gemm_nt_bf16dot does. Bytes: the padded tiles.
+void bm_gemm_bf16dot_tiles(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K,
+                           int64_t copies) {
+  const auto A = random_vec(M * K);
+  const auto Wf = random_vec(N * K);
+  std::vector<uint16_t> W1(Wf.size());
+  for (size_t i = 0; i < W1.size(); ++i) W1[i] = k3::f32_to_bf16(Wf[i]);
+  const int64_t tiled = k3::tile_block_count(N) * 16 * k3::tile_padded_cols(K);
+  std::vector<uint16_t> T1(static_cast<size_t>(tiled));
+  k3::pack_tiles(W1.data(), N, K, T1.data());
+  const auto T = replicate(T1, copies);
+  const k3::kernels::PreparedGemm& pg = t->bf16dot_tiles_prepared;
+  std::vector<uint8_t> P(static_cast<size_t>(M * pg.row_bytes(K) + 64));
+  uint8_t* p = P.data() + (64 - reinterpret_cast<uintptr_t>(P.data()) % 64) % 64;
+  std::vector<float> C(static_cast<size_t>(M * N));
+  int64_t i = 0;
+  for (auto _ : state) {
+    pg.prepare(M, K, A.data(), K, p);
+    pg.gemm(M, 0, N, K, p, T.data() + (i++ % copies) * tiled, 0, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * tiled * static_cast<int64_t>(sizeof(uint16_t)));
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -249,6 +279,8 @@ int main(int argc, char** argv) {
                                    int64_t{1}, false);
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16dot_hot" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
                                    int64_t{1}, true);
+      benchmark::RegisterBenchmark((prefix + "/gemm_bf16dot_tiles_hot" + shape).c_str(), bm_gemm_bf16dot_tiles, t, s.M,
+                                   s.N, s.K, int64_t{1});
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_p16_hot" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
                                    int64_t{1}, false);
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_hot" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
@@ -260,6 +292,8 @@ int main(int argc, char** argv) {
                                      copies * 2, false);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16dot_stream" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N,
                                      s.K, copies * 2, true);
+        benchmark::RegisterBenchmark((prefix + "/gemm_bf16dot_tiles_stream" + shape).c_str(), bm_gemm_bf16dot_tiles, t,
+                                     s.M, s.N, s.K, copies * 2);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_p16_stream" + shape).c_str(), bm_gemm_panels, t, s.M, s.N, s.K,
                                      copies, false);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_stream" + shape).c_str(), bm_gemm_panels, t, s.M, s.N,

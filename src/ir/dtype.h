@@ -19,6 +19,13 @@
 // --precision bf16`; kernels.h, gemm_nt_bf16dot): bf16 x bf16 dot products,
 // f32 sums, as vdpbf16ps computes them. kBF16 weights (a bf16 checkpoint)
 // multiply f32 activations.
+//
+// kBF16DotT16 is a kBF16Dot matrix in the compiler's tile layout
+// (`k3 compile --weight-layout tiles`, util/tiles.h): blocks of 16 rows, each
+// stored as its 32-column steps one after another, a step's 16 rows of 32
+// values contiguous (1 KiB, one AMX tile); rows padded to 16 and columns to
+// 32 with zeros. The same products as kBF16Dot, read in the order the AMX
+// tile loads take them.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +37,22 @@
 
 namespace k3::ir {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kF64, kI8, kU8, kBool, kQ8, kF32P16, kBF16P16, kBF16Dot };
+enum class DType : uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kI32,
+  kI64,
+  kF64,
+  kI8,
+  kU8,
+  kBool,
+  kQ8,
+  kF32P16,
+  kBF16P16,
+  kBF16Dot,
+  kBF16DotT16
+};
 
 // Elements per kQ8 scale (a block of one row).
 inline constexpr int64_t kQ8Block = 32;
@@ -39,6 +61,9 @@ inline constexpr int64_t kQ8Block = 32;
 inline constexpr int64_t kBF16DotMaxCols = 32768;
 // Rows of W per panel of the kF32P16 / kBF16P16 layouts.
 inline constexpr int64_t kPanelRows = 16;
+// Rows and columns of one kBF16DotT16 tile (16 x 32 bf16 = 1 KiB).
+inline constexpr int64_t kTileRows = 16;
+inline constexpr int64_t kTileCols = 32;
 
 // Longest kQ8 row the int8 kernels take (their rounded activations live on
 // the stack): kernels::kQ8MaxK, checked equal in kernels/ref/scalar.cc.
@@ -78,6 +103,8 @@ inline uint64_t dtype_size(DType t) {
       return 2;
     case DType::kBF16Dot:
       return 2;
+    case DType::kBF16DotT16:
+      return 2;  // per stored element; see dtype_bytes() for the padding
   }
   return 0;
 }
@@ -110,17 +137,27 @@ inline std::string_view dtype_name(DType t) {
       return "bf16p16";
     case DType::kBF16Dot:
       return "bf16dot";
+    case DType::kBF16DotT16:
+      return "bf16dot_t16";
   }
   return "?";
 }
 
 // Bytes of a tensor of this dtype and shape, or nullopt when the shape is
 // invalid for it (negative dims, overflow, a kQ8 tensor whose rows are not
-// whole blocks, a panel tensor that is not a matrix).
+// whole blocks, a panel or tile tensor that is not a matrix).
 inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> shape) {
   if (t == DType::kF32P16 || t == DType::kBF16P16) {
     if (shape.size() != 2 || shape[0] < 0 || shape[0] > INT64_MAX - kPanelRows) return std::nullopt;
     const int64_t padded[2] = {(shape[0] + kPanelRows - 1) / kPanelRows * kPanelRows, shape[1]};
+    return checked_numel_bytes(padded, dtype_size(t));
+  }
+  if (t == DType::kBF16DotT16) {
+    if (shape.size() != 2 || shape[0] < 0 || shape[1] < 0 || shape[0] > INT64_MAX - kTileRows ||
+        shape[1] > INT64_MAX - kTileCols)
+      return std::nullopt;
+    const int64_t padded[2] = {(shape[0] + kTileRows - 1) / kTileRows * kTileRows,
+                               (shape[1] + kTileCols - 1) / kTileCols * kTileCols};
     return checked_numel_bytes(padded, dtype_size(t));
   }
   if (t != DType::kQ8) return checked_numel_bytes(shape, dtype_size(t));

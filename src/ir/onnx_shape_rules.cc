@@ -1225,6 +1225,7 @@ int64_t dtype_to_onnx(DType t) {
     case DType::kF32P16:
     case DType::kBF16P16:
     case DType::kBF16Dot:
+    case DType::kBF16DotT16:
       return 0;
   }
   return 0;

@@ -64,6 +64,7 @@ KernelTable make_amx_table() {
   t.isa = Isa::kAmx;
   t.gemm_nt_bf16dot = gemm_nt_bf16dot_amx;
   t.bf16dot_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_amx};
+  t.bf16dot_tiles_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_tiles_amx};
   return t;
 }
 

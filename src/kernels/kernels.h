@@ -110,6 +110,12 @@ struct KernelTable {
   // gemm_nt_q8 and gemm_nt_bf16dot in two steps (PreparedGemm above).
   PreparedGemm q8_prepared;
   PreparedGemm bf16dot_prepared;
+  // bf16dot_prepared with W in the tile layout (ir::DType::kBF16DotT16,
+  // util/tiles.h; W points at the tensor's first block, ldw is implied):
+  // the same row_bytes and prepare, and each element bit for bit what
+  // bf16dot_prepared.gemm gives on the unpacked rows. The amx table reads
+  // the tiles directly; the others unpack blocks of rows on the stack.
+  PreparedGemm bf16dot_tiles_prepared;
 
   // gemm_nt with W in the panel layout (ir::DType::kF32P16, util/panel.h):
   // panels of 16 rows of W, each k-major, the last one zero-padded. Each

@@ -12,6 +12,19 @@
 // of batch size and thread split, as with the row layout; they differ from
 // the row layout's in the last bits (another summation order).
 //
+// `--weight-layout tiles` instead packs the bf16dot matrices
+// (`--precision bf16`) into the tile layout (util/tiles.h):
+//
+//   Linear(x, W: bf16dot [N,K])           ->  Linear(x, W: bf16dot_t16 [N,K])
+//   Moe(x, gate, experts: bf16dot ...)    ->  Moe(x, gate, experts: bf16dot_t16 ...)
+//
+// where each AMX tile the amx kernel table loads is 1 KiB of contiguous
+// memory, so a block of 16 rows streams front to back. Every table computes
+// the same bits as on the rows (the others unpack them first); only the
+// amx table gains (docs/performance.md). Its guards mirror the panels':
+// only bf16dot weight matrices; a MoE only if all its experts are; a weight
+// also read elsewhere is packed into a new value.
+//
 // Opt-in (`k3 compile --weight-layout panels`): on the development machine
 // (AVX2) it makes prefill 1.1-1.4x faster and decode up to ~10% slower than
 // the row kernels' far streams (docs/performance.md has the runs), so the
@@ -36,13 +49,25 @@
 
 #include "passes/graph_edit.h"
 #include "util/panel.h"
+#include "util/tiles.h"
 
 namespace k3::passes {
 namespace {
 
-bool packable(const ir::Value& v) {
-  return v.kind == ir::ValueKind::kWeight && v.shape.size() == 2 &&
-         (v.dtype == ir::DType::kF32 || v.dtype == ir::DType::kBF16) && v.data != nullptr;
+bool packable(const ir::Value& v, bool tiles) {
+  if (v.kind != ir::ValueKind::kWeight || v.shape.size() != 2 || v.data == nullptr) return false;
+  if (tiles) return v.dtype == ir::DType::kBF16Dot;
+  return v.dtype == ir::DType::kF32 || v.dtype == ir::DType::kBF16;
+}
+
+int add_tiles(ir::Graph& g, const ir::Value& v) {
+  const int64_t N = v.shape[0], K = v.shape[1];
+  auto data = std::make_shared<std::vector<uint16_t>>(
+      static_cast<size_t>(tile_block_count(N) * ir::kTileRows * tile_padded_cols(K)));
+  pack_tiles(static_cast<const uint16_t*>(v.data), N, K, data->data());
+  const int id = g.add_weight(v.name, ir::DType::kBF16DotT16, v.shape, data->data());
+  g.keep_alive.push_back(data);
+  return id;
 }
 
 template <class T>
@@ -59,14 +84,17 @@ int add_packed(ir::Graph& g, const ir::Value& v, ir::DType packed) {
 
 StatusOr<bool> PackWeights::run(ir::Graph& g) {
   if (layout_ == "rows") return false;
-  if (layout_ != "panels") return invalid_argument("weight layout '" + layout_ + "' is not rows or panels");
+  if (layout_ != "panels" && layout_ != "tiles")
+    return invalid_argument("weight layout '" + layout_ + "' is not rows, panels or tiles");
+  const bool tiles = layout_ == "tiles";
   std::vector<int> packed(g.values().size(), -1);  // row value id -> packed value id
   auto pack = [&](int id) -> int {
     if (packed[static_cast<size_t>(id)] >= 0) return packed[static_cast<size_t>(id)];
     // Copy: add_weight may grow the value list.
     const ir::Value v = g.value(id);
-    const int nid = v.dtype == ir::DType::kF32 ? add_packed<float>(g, v, ir::DType::kF32P16)
-                                               : add_packed<uint16_t>(g, v, ir::DType::kBF16P16);
+    const int nid = tiles                        ? add_tiles(g, v)
+                    : v.dtype == ir::DType::kF32 ? add_packed<float>(g, v, ir::DType::kF32P16)
+                                                 : add_packed<uint16_t>(g, v, ir::DType::kBF16P16);
     packed.resize(g.values().size(), -1);
     packed[static_cast<size_t>(id)] = nid;
     ++stats_.applied;
@@ -75,13 +103,14 @@ StatusOr<bool> PackWeights::run(ir::Graph& g) {
   for (ir::Node& n : g.mutable_nodes()) {
     if (n.op == ir::OpKind::kLinear) {
       ++stats_.matched;
-      if (packable(g.value(n.inputs[1]))) n.inputs[1] = pack(n.inputs[1]);
+      if (packable(g.value(n.inputs[1]), tiles)) n.inputs[1] = pack(n.inputs[1]);
     } else if (n.op == ir::OpKind::kMoe) {
       ++stats_.matched;
       bool all = n.inputs.size() > 2;
-      for (size_t i = 2; i < n.inputs.size(); ++i) all = all && packable(g.value(n.inputs[i]));
+      for (size_t i = 2; i < n.inputs.size(); ++i) all = all && packable(g.value(n.inputs[i]), tiles);
       if (!all) {
-        stats_.notes.push_back("moe " + n.name + ": expert matrices are not f32 or bf16 weights, left as rows");
+        stats_.notes.push_back("moe " + n.name + ": expert matrices are not " + (tiles ? "bf16dot" : "f32 or bf16") +
+                               " weights, left as rows");
         continue;
       }
       for (size_t i = 2; i < n.inputs.size(); ++i) n.inputs[i] = pack(n.inputs[i]);

@@ -9,12 +9,13 @@ namespace k3::passes {
 
 class PackWeights final : public Pass {
  public:
-  // "rows": a no-op (the kernels' default layout); "panels": pack.
+  // "rows": a no-op (the kernels' default layout); "panels": f32/bf16
+  // matrices into panels; "tiles": bf16dot matrices into AMX tiles.
   explicit PackWeights(std::string layout = "panels") : layout_(std::move(layout)) {}
   std::string_view name() const override { return "pack-weights"; }
   std::string_view summary() const override {
     return "store f32/bf16 Linear and expert matrices as k-major panels of 16 rows (one FMA chain per output, "
-           "no horizontal sums)";
+           "no horizontal sums), or with --weight-layout tiles bf16dot ones as contiguous AMX tiles";
   }
   StatusOr<bool> run(ir::Graph& g) override;
 

@@ -96,7 +96,8 @@ const std::vector<Entry>& entries() {
       // every rewrite converts exactly the weights that remain.
       {0, [](const PipelineOptions& o) { return std::make_unique<WeightPrecision>(o.precision); }},
       // pack-weights after weight-precision: it lays out the bytes the
-      // precision pass chose (f32 or bf16; int8 keeps its own row format),
+      // precision pass chose (f32 or bf16, or bf16dot for tiles; int8 keeps
+      // its own row format),
       // and only for the Linear and Moe nodes that remain. Like the
       // precision, the layout is the user's choice (--weight-layout), so it
       // runs at every level.
@@ -129,8 +130,8 @@ Status check_pipeline_options(const PipelineOptions& options) {
     return unimplemented("precision '" + options.precision + "' is not supported (fp32, bf16, int8)");
   if (options.kv_dtype != "f32" && options.kv_dtype != "bf16")
     return invalid_argument("--kv-dtype must be f32 or bf16 (got '" + options.kv_dtype + "')");
-  if (options.weight_layout != "rows" && options.weight_layout != "panels")
-    return invalid_argument("--weight-layout must be rows or panels (got '" + options.weight_layout + "')");
+  if (options.weight_layout != "rows" && options.weight_layout != "panels" && options.weight_layout != "tiles")
+    return invalid_argument("--weight-layout must be rows, panels or tiles (got '" + options.weight_layout + "')");
   const std::vector<PassInfo> known = list_passes();
   for (const std::string& d : options.disabled) {
     const bool found = std::any_of(known.begin(), known.end(), [&](const PassInfo& p) { return p.name == d; });

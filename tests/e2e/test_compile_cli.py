@@ -99,7 +99,7 @@ def test_corrupt_weight_byte_is_an_error(k3, checkpoints, tmp_path):
         (["--input-shape", "batch=0"], "not a positive integer"),
         (["--disable-pass", "no-such-pass"], "unknown pass 'no-such-pass'"),
         (["--precision", "int3"], "precision 'int3'"),
-        (["--weight-layout", "tiles"], "--weight-layout must be rows or panels"),
+        (["--weight-layout", "squares"], "--weight-layout must be rows, panels or tiles"),
         (["--input-shape", "ctx=999999"], "max_seq_len"),
     ],
 )
@@ -157,6 +157,25 @@ def test_panel_layout_keeps_greedy_tokens(k3, checkpoints, tmp_path, precision):
     a = k3.generate_ids(rows, [PROMPT], max_new_tokens=STEPS, temperature=0)
     b = k3.generate_ids(panels, [PROMPT], max_new_tokens=STEPS, temperature=0)
     assert a == b
+
+
+def test_weight_layout_tiles_is_the_rows_bit_for_bit(k3, checkpoints, tmp_path):
+    """--weight-layout tiles stores the bf16dot matrices as contiguous AMX
+    tiles (16 rows x 32 columns each, padded): the file grows by the padding
+    only, and every kernel table computes the same bits as on the rows, so
+    the logits of a greedy run are identical. It lays out bf16 dot-product
+    weights only: without --precision bf16 it is a one-line error."""
+    rows, tiles = tmp_path / "rows.k3m", tmp_path / "tiles.k3m"
+    compile_model(k3, checkpoints["k3-small"], rows, "--precision", "bf16")
+    compile_model(k3, checkpoints["k3-small"], tiles, "--precision", "bf16", "--weight-layout", "tiles")
+    assert 1.0 <= tiles.stat().st_size / rows.stat().st_size < 1.05
+    a, b = tmp_path / "a.npy", tmp_path / "b.npy"
+    ids_a = k3.generate_ids(rows, [PROMPT], max_new_tokens=STEPS, temperature=0, dump_logits=a)
+    ids_b = k3.generate_ids(tiles, [PROMPT], max_new_tokens=STEPS, temperature=0, dump_logits=b)
+    assert ids_a == ids_b
+    assert a.read_bytes() == b.read_bytes()
+    bad = k3.run("compile", checkpoints["k3-small"], "--weight-layout", "tiles", "--out", tmp_path / "f.k3m")
+    assert_k3_error(bad, "--weight-layout tiles", "--precision bf16")
 
 
 def _quality(k3, ref, model, positions):

@@ -36,6 +36,7 @@
 #include "util/half.h"
 #include "util/panel.h"
 #include "util/quant.h"
+#include "util/tiles.h"
 
 namespace k3::kernels {
 
@@ -390,6 +391,40 @@ TEST(PanelFormat, PackUnpackRoundTripsAndPadsWithZeros) {
   EXPECT_FALSE(ir::dtype_bytes(ir::DType::kF32P16, std::vector<int64_t>{INT64_MAX, 2}).has_value()) << "overflow";
 }
 
+TEST(TileFormat, PackUnpackRoundTripsAndPadsWithZeros) {
+  std::mt19937 rng(14);
+  for (int64_t N : {1, 15, 16, 17, 40}) {
+    for (int64_t K : {1, 31, 32, 45}) {
+      const auto W16 = random_bf16(N * K, rng);
+      const int64_t kp = tile_padded_cols(K);
+      std::vector<uint16_t> T(static_cast<size_t>(tile_block_count(N) * 16 * kp), 0xffff), back(W16.size());
+      pack_tiles(W16.data(), N, K, T.data());
+      unpack_tile_rows(T.data(), 0, N, K, back.data());
+      EXPECT_EQ(back, W16) << "N=" << N << " K=" << K;
+      // Rows from the middle of a block on their own.
+      if (N > 3) {
+        std::vector<uint16_t> part(static_cast<size_t>(2 * K));
+        unpack_tile_rows(T.data(), N - 2, 2, K, part.data());
+        EXPECT_TRUE(std::equal(part.begin(), part.end(), W16.begin() + (N - 2) * K)) << "N=" << N << " K=" << K;
+      }
+      // A tile is 16 rows of 32 contiguous values: W[n, k] one row of 32 after W[n - 1, k].
+      if (N > 1) EXPECT_EQ(tile_index(1, 0, K) - tile_index(0, 0, K), 32);
+      size_t zeros = 0, weight_zeros = 0;
+      for (uint16_t v : T) zeros += v == 0;
+      for (uint16_t v : W16) weight_zeros += v == 0;
+      EXPECT_EQ(zeros - weight_zeros, T.size() - static_cast<size_t>(N * K)) << "padding is zero";
+      const auto bytes = ir::dtype_bytes(ir::DType::kBF16DotT16, std::vector<int64_t>{N, K});
+      ASSERT_TRUE(bytes.has_value());
+      EXPECT_EQ(*bytes, T.size() * 2) << "N=" << N << " K=" << K;
+    }
+  }
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kBF16DotT16, std::vector<int64_t>{4}).has_value()) << "not a matrix";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kBF16DotT16, std::vector<int64_t>{2, INT64_MAX}).has_value()) << "overflow";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kBF16DotT16, std::vector<int64_t>{INT64_MAX / 16, 64}).has_value())
+      << "overflow";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kBF16DotT16, std::vector<int64_t>{-1, 32}).has_value()) << "negative";
+}
+
 // ---- gemm_nt_q8 ------------------------------------------------------------
 
 // [N, K] f32 -> int8 rows (util/quant.h), and back to the f32 the kernels use.
@@ -675,6 +710,39 @@ TEST_P(KernelTest, PreparedBf16DotGemmIsTheUnsplitKernelBitForBit) {
   }
   for (int64_t K : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, kBf16DotMaxK})
     EXPECT_LE(t().bf16dot_prepared.row_bytes(K), bf16dot_prepared_row_bytes_bound(K)) << K;
+}
+
+// The tile layout (kBF16DotT16): each table's product on the tiles is its
+// product on the rows, bit for bit, whatever the column split (ranges on and
+// off the 16-row blocks) or the rows prepared; K across the 32-column steps,
+// their tail and (4500) the amx table's passes over k.
+TEST_P(KernelTest, Bf16DotTilesAreTheRowsBitForBit) {
+  std::mt19937 rng(23);
+  for (int64_t N : {1, 16, 37}) {
+    for (int64_t K : {1, 31, 32, 100, 513, 4500}) {
+      const auto W = random_bf16(N * K, rng);
+      std::vector<uint16_t> T(static_cast<size_t>(tile_block_count(N) * 16 * tile_padded_cols(K)));
+      pack_tiles(W.data(), N, K, T.data());
+      for (int64_t M : K == 4500 ? std::vector<int64_t>{1, 20} : std::vector<int64_t>{1, 3, 17, 40}) {
+        const auto A = random_vec(M * K, rng);
+        const PreparedGemm& rows = t().bf16dot_prepared;
+        const PreparedGemm& tiles = t().bf16dot_tiles_prepared;
+        ASSERT_EQ(tiles.row_bytes(K), rows.row_bytes(K));
+        AlignedBytes P(static_cast<size_t>(M * rows.row_bytes(K)));
+        rows.prepare(M, K, A.data(), K, P.data());
+        std::vector<float> want(static_cast<size_t>(M * N), -7.0f);
+        rows.gemm(M, 0, N, K, P.data(), W.data(), K, want.data(), N);
+        for (int64_t step : {N, int64_t{5}, int64_t{16}}) {
+          std::vector<float> got(want.size(), -7.0f);
+          for (int64_t n0 = 0; n0 < N; n0 += step)
+            tiles.gemm(M, n0, std::min(N, n0 + step), K, P.data(), T.data(), 0, got.data(), N);
+          for (int64_t i = 0; i < M * N; ++i)
+            ASSERT_EQ(bits(got[static_cast<size_t>(i)]), bits(want[static_cast<size_t>(i)]))
+                << "N=" << N << " K=" << K << " M=" << M << " step=" << step << " i=" << i;
+        }
+      }
+    }
+  }
 }
 
 // ---- element-wise ----------------------------------------------------------

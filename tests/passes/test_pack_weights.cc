@@ -15,6 +15,7 @@
 #include "passes/weight_test_util.h"
 #include "util/half.h"
 #include "util/panel.h"
+#include "util/tiles.h"
 
 namespace k3::passes {
 namespace {
@@ -98,14 +99,61 @@ TEST(PackWeights, RowsIsANoOpAndOthersAreRefused) {
   ASSERT_TRUE(rows.ok());
   EXPECT_FALSE(*rows);
   EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kF32);
-  auto bad = PackWeights("tiles").run(g);
+  auto bad = PackWeights("squares").run(g);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("tiles"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("squares"), std::string::npos);
   PipelineOptions o;
-  o.weight_layout = "tiles";
+  o.weight_layout = "squares";
   const Status s = check_pipeline_options(o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--weight-layout"), std::string::npos);
+}
+
+// --weight-layout tiles: the bf16dot matrices of Linear and MoE experts
+// become kBF16DotT16 (util/tiles.h's layout of the same bf16 rows); the gate
+// and the tied embedding's other reader keep theirs.
+TEST(PackWeights, TilesPackBf16DotMatrices) {
+  ir::Graph g = small_graph();
+  ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
+  const ir::Value before = input_of(g, "proj", 1);
+  ASSERT_EQ(before.dtype, DType::kBF16Dot);
+  const std::vector<uint16_t> rows(static_cast<const uint16_t*>(before.data),
+                                   static_cast<const uint16_t*>(before.data) + 20 * 20);
+  const DType embed_before = input_of(g, "embed", 0).dtype;
+  PackWeights pass("tiles");
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kBF16DotT16);
+  EXPECT_EQ(input_of(g, "output", 1).dtype, DType::kBF16DotT16);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16DotT16) << i;
+  EXPECT_EQ(input_of(g, "moe", 1).dtype, DType::kF32);
+  EXPECT_EQ(input_of(g, "embed", 0).dtype, embed_before);
+  // [20, 20]: two blocks of 16 rows, one step of 32 columns, zero-padded.
+  const ir::Value& v = input_of(g, "proj", 1);
+  ASSERT_EQ(v.bytes(), 32u * 32u * 2u);
+  const auto* t = static_cast<const uint16_t*>(v.data);
+  std::vector<uint16_t> back(20 * 20);
+  unpack_tile_rows(t, 0, 20, 20, back.data());
+  EXPECT_EQ(back, rows);
+  EXPECT_EQ(t[tile_index(17, 3, 20)], rows[17 * 20 + 3]);
+  EXPECT_EQ(t[tile_index(5, 25, 20)], 0u) << "padding column";
+  EXPECT_EQ(t[16 * 32 + 4 * 32 + 0], 0u) << "padding row";
+}
+
+// Tiles lay out bf16dot matrices only: f32 ones (like int8 ones) keep their
+// rows, and the MoE's note says why.
+TEST(PackWeights, MustNotTileOtherMatrices) {
+  ir::Graph g = small_graph();
+  PackWeights pass("tiles");
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+  EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kF32);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kF32) << i;
+  ASSERT_EQ(pass.stats().notes.size(), 1u);
+  EXPECT_NE(pass.stats().notes[0].find("bf16dot"), std::string::npos);
 }
 
 TEST(PackWeights, MustNotPackGate) {
@@ -208,6 +256,31 @@ TEST(PackWeights, PackedModelChunkedPrefillEqualsTokenByToken) {
   for (size_t i = 0; i < prompt.size(); ++i) b = step_logits(*single, static_cast<int32_t>(i), {prompt[i]});
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a, b);
+}
+
+// Every table computes a tile-layout product exactly as it computes the rows
+// (kernels.h, bf16dot_tiles_prepared), so a tiled bf16 model's logits equal
+// the row model's bit for bit, in one prefill and token by token; the
+// reference ops on the tiles agree within rounding.
+TEST(PackWeights, TiledBf16ModelIsTheRowModelBitForBit) {
+  const std::vector<int32_t> prompt{5, 17, 42, 99, 3, 1};
+  auto rows = test::tiny_engine("bf16", "rows", false);
+  auto tiles = test::tiny_engine("bf16", "tiles", false);
+  auto ref = test::tiny_engine("bf16", "tiles", true);
+  const auto a = step_logits(*rows, 0, prompt), b = step_logits(*tiles, 0, prompt), r = step_logits(*ref, 0, prompt);
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+  float max_abs = 0, err_ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(a[i]));
+    err_ref = std::max(err_ref, std::fabs(r[i] - b[i]));
+  }
+  EXPECT_LE(err_ref, 1e-4f * std::max(1.0f, max_abs));
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const auto x = step_logits(*rows, static_cast<int32_t>(i), {prompt[i]});
+    const auto y = step_logits(*tiles, static_cast<int32_t>(i), {prompt[i]});
+    ASSERT_EQ(x, y) << "token " << i;
+  }
 }
 
 TEST(PackWeights, PackedFp32ModelMatchesRowsAndReferenceOps) {

@@ -184,8 +184,9 @@ Registered add_compile(CLI::App& app) {
                   "Weight precision of Linear and expert matrices: fp32 (default), bf16, or int8 (blocks of 32 "
                   "with an f32 scale; activations stay f32)");
   sub->add_option("--weight-layout", f->weight_layout,
-                  "Layout of f32/bf16 Linear and expert matrices: rows (default; fastest decode here) or panels "
-                  "(k-major panels of 16 rows; faster prefill, see docs/performance.md)");
+                  "Layout of Linear and expert matrices: rows (default; fastest decode here), panels (f32/bf16 "
+                  "matrices as k-major panels of 16 rows; faster prefill) or tiles (with --precision bf16: "
+                  "contiguous AMX tiles, for the amx kernel table); see docs/performance.md");
   sub->add_option("--kv-dtype", f->kv_dtype,
                   "Element type of the KV cache: f32 (default) or bf16 (half the bytes attention reads per cached "
                   "position; rows rounded as written, docs/precision.md has the cost)");

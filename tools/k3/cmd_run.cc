@@ -72,6 +72,7 @@ const char* npy_descr(ir::DType t) {
     case ir::DType::kF32P16:
     case ir::DType::kBF16P16:
     case ir::DType::kBF16Dot:
+    case ir::DType::kBF16DotT16:
       return nullptr;
   }
   return nullptr;

@@ -40,6 +40,7 @@ const char* dtype_tag(ir::DType t) {
     case ir::DType::kF32P16:
     case ir::DType::kBF16P16:
     case ir::DType::kBF16Dot:
+    case ir::DType::kBF16DotT16:
       return "?";
   }
   return "?";

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/tiles_via_rows.h"
 #include "util/half.h"
 #include "util/panel.h"
 #include "util/quant.h"
@@ -239,6 +240,7 @@ constexpr KernelTable kTable = {
     .gemm_nt_q8 = gemm_nt_q8,
     .q8_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_prepared},
     .bf16dot_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_bf16dot_prepared},
+    .bf16dot_tiles_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_tiles_via_rows<gemm_bf16dot_prepared>},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,

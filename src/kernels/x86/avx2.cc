@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/prepared_chunks.h"
+#include "kernels/tiles_via_rows.h"
 #include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
 #include "kernels/x86/q8_drive.h"
@@ -863,6 +864,8 @@ constexpr KernelTable kTable = {
     .gemm_nt_q8 = gemm_nt_q8_avx2,
     .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2},
     .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>},
+    .bf16dot_tiles_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded,
+                               gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16>>},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,

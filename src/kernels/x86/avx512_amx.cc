@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "kernels/prepared_chunks.h"
+#include "kernels/tiles_via_rows.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/tables.h"
 
@@ -42,6 +43,10 @@ constexpr int64_t kTileBytes = 1024;  // one 16 x 64-byte tile
 // better or worse (bench_kernels amx/gemm_nt_bf16dot_stream).
 constexpr int64_t kPrefetchSteps = 8;
 constexpr auto kHint = _MM_HINT_T0;
+// In the tile layout a block is one sequential stream: its whole tiles are
+// prefetched 2 steps ahead (a test loop streaming M 1 from DRAM read 14.1
+// GB/s without, 15.8-16.0 at 2, 14.4-15.2 at 4 and 8).
+constexpr int64_t kTiledPrefetchSteps = 2;
 
 // Row stride of the prepared rows, in bf16 values: K rounded up to a step
 // (the avx512bf16 prepare's layout, which this table shares).
@@ -164,10 +169,12 @@ void store_tile(int i, void* dst, int64_t stride) {
   }
 }
 
-}  // namespace
-
-void gemm_bf16dot_prepared_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
-                               int64_t ldw, float* C, int64_t ldc) {
+// C[M, n0..n1) from prepared rows P and W in rows ([N, K], ldw apart) or,
+// kTiled, in the tile layout (util/tiles.h; n0 a multiple of 16). The two
+// run the same tile products in the same order, so they agree bit for bit.
+template <bool kTiled>
+void amx_gemm(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv, int64_t ldw, float* C,
+              int64_t ldc) {
   if (M <= 0 || n1 <= n0) return;
   const auto* W = static_cast<const uint16_t*>(Wv);
   const int64_t kp = padded_k(K);
@@ -196,7 +203,10 @@ void gemm_bf16dot_prepared_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, con
         // W tiles against one activation tile at M <= 16, four chains in
         // flight instead of two, streamed W 10-15% slower.)
         const int64_t n_step = 32;
-        const uint16_t* w0 = W + n * ldw + kc0;
+        // Tile j of step kb: w0 + j * w_next + kb * w_step, rows w_stride bytes apart.
+        const uint16_t* w0 = kTiled ? W + n * kp + kc0 * 16 : W + n * ldw + kc0;
+        constexpr int64_t w_step = kTiled ? 512 : kStep;
+        const int64_t w_next = kTiled ? 16 * kp : 16 * ldw;
         const int64_t next_rows = min64(32, n1 - n - n_step);
         for (int64_t mb = 0; mb < mcl; mb += 32) {
           const int c0 = static_cast<int>(min64(16, mcl - mb));
@@ -219,7 +229,16 @@ void gemm_bf16dot_prepared_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, con
           const uint8_t* b1 = b0 + nkb * kTileBytes;
           for (int64_t kb = 0; kb < nkb; ++kb) {
             const int64_t k = kc0 + kb * kStep;
-            if (mb == 0) {
+            if (mb == 0 && kTiled) {
+              // The two tiles kTiledPrefetchSteps steps ahead, 16 lines
+              // each; past the pass's end, the next rows' first tiles.
+              const int64_t pk = kb + kTiledPrefetchSteps;
+              const uint16_t* pw = pk < nkb ? w0 + pk * w_step : w0 + 2 * w_next + (pk - nkb) * w_step;
+              const int64_t tiles = pk < nkb ? (s.r1 ? 2 : 1) : (next_rows > 16 ? 2 : next_rows > 0 ? 1 : 0);
+              for (int64_t j = 0; j < tiles; ++j)
+                for (int64_t l = 0; l < 16; ++l)
+                  _mm_prefetch(reinterpret_cast<const char*>(pw + j * w_next + l * 32), kHint);
+            } else if (mb == 0) {
               // One line of each W row, kPrefetchSteps steps ahead; past the
               // pass's end, the same line of the next rows' first steps.
               const int64_t pk = (kb + kPrefetchSteps) * kStep;
@@ -229,12 +248,13 @@ void gemm_bf16dot_prepared_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, con
             }
             // W rows of tile j: w0 + 16 j rows, this step; the last step of a
             // row whose K is not a multiple of 32 goes through a padded copy.
-            const bool tail = k + kStep > K;
+            // (The tile layout is zero-padded: no copy.)
+            const bool tail = !kTiled && k + kStep > K;
             auto w_at = [&](int j, int rows) -> const uint16_t* {
-              const uint16_t* w = w0 + 16 * j * ldw + kb * kStep;
+              const uint16_t* w = w0 + j * w_next + kb * w_step;
               return tail ? w_tail(w, ldw, rows, K - k, wbuf[j]) : w;
             };
-            const int64_t w_stride = tail ? 64 : 2 * ldw;
+            const int64_t w_stride = tail || kTiled ? 64 : 2 * ldw;
             const uint8_t* bk = M == 1 ? prow + 64 * kb : b0 + kb * kTileBytes;
             const int64_t b_stride = M == 1 ? 4 : 64;
             if (c1 == 0 && (kb & 1)) {
@@ -278,6 +298,21 @@ void gemm_bf16dot_prepared_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, con
     }
   }
   _tile_release();
+}
+
+}  // namespace
+
+void gemm_bf16dot_prepared_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                               int64_t ldw, float* C, int64_t ldc) {
+  amx_gemm<false>(M, n0, n1, K, P, W, ldw, C, ldc);
+}
+
+void gemm_bf16dot_tiles_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
+                            float* C, int64_t ldc) {
+  if (n0 % ir::kTileRows == 0)
+    amx_gemm<true>(M, n0, n1, K, P, W, ldw, C, ldc);
+  else  // a range that starts inside a block: unpacked rows, the same tile products
+    gemm_tiles_via_rows<gemm_bf16dot_prepared_amx>(M, n0, n1, K, P, W, ldw, C, ldc);
 }
 
 void gemm_nt_bf16dot_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,

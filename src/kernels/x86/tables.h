@@ -37,6 +37,9 @@ void gemm_nt_bf16dot_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const flo
                          int64_t ldw, float* C, int64_t ldc);
 void gemm_bf16dot_prepared_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                int64_t ldw, float* C, int64_t ldc);
+// The same on W in the tile layout (KernelTable::bf16dot_tiles_prepared).
+void gemm_bf16dot_tiles_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
+                            float* C, int64_t ldc);
 // The AVX-512 VNNI int8 GEMM and its PreparedGemm parts
 // (x86/avx512_vnni.cc); call only when CPUID reports avx512vnni.
 void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,

@@ -65,6 +65,26 @@ void run_RmsNorm(const OpCall& c) {
   });
 }
 
+void gemm_bf16dot_tiles(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
+                        const uint8_t* w, float* C, int64_t ldc) {
+  const kernels::PreparedGemm& pg = kt->bf16dot_tiles_prepared;
+  if (x.prepared != nullptr) {
+    pg.gemm(M, n0, n1, K, x.prepared, w, 0, C, ldc);
+    return;
+  }
+  constexpr int64_t kBytes = 131072;
+  alignas(64) uint8_t buf[kBytes];
+  const int64_t rb = pg.row_bytes(K);
+  const int64_t chunk = rb == 0 ? M : kBytes / rb;
+  // K beyond the kernels' maximum is refused by the shape rules.
+  if (chunk <= 0) __builtin_trap();
+  for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+    const int64_t rows = std::min(chunk, M - m0);
+    pg.prepare(rows, K, x.a + m0 * x.lda, x.lda, buf);
+    pg.gemm(rows, n0, n1, K, buf, w, 0, C + m0 * ldc, ldc);
+  }
+}
+
 void run_Linear(const OpCall& c) {
   // x [M, K] . W[N, K]^T -> [M, N]; threads split N in multiples of 16 rows.
   // With attr splits the N columns go to several outputs, [M, N_i] each,

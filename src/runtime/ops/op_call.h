@@ -10,6 +10,7 @@
 #include "ir/graph.h"
 #include "kernels/kernels.h"
 #include "runtime/thread_pool.h"
+#include "util/tiles.h"
 
 namespace k3::runtime {
 
@@ -59,6 +60,12 @@ struct ActRows {
   }
 };
 
+// The tile-layout bf16 dot product (kernels.h, bf16dot_tiles_prepared) on
+// rows x, rounding them here, a chunk at a time on the stack, when the caller
+// has not (out of line: the buffer must not sit in every gemm_weight frame).
+void gemm_bf16dot_tiles(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
+                        const uint8_t* w, float* C, int64_t ldc);
+
 // C[M, n0..n1) = A[M, K] . W[row0 + n0 .. row0 + n1, K]^T for a weight
 // argument stored as f32 or bf16 ([N, K], dense rows; kBF16Dot rounds A to
 // bf16 too), int8 blocks
@@ -81,6 +88,9 @@ inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
         kt->bf16dot_prepared.gemm(M, n0, n1, K, x.prepared, base + r * k * 2, K, C, ldc);
       else
         kt->gemm_nt_bf16dot(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), K, C, ldc);
+      break;
+    case ir::DType::kBF16DotT16:  // row0 / 16 whole blocks of 16 x Kp
+      gemm_bf16dot_tiles(kt, M, n0, n1, K, x, base + r * static_cast<uint64_t>(tile_padded_cols(K)) * 2, C, ldc);
       break;
     case ir::DType::kQ8:
       if (x.prepared != nullptr)

@@ -12,6 +12,7 @@
 #include "util/half.h"
 #include "util/panel.h"
 #include "util/quant.h"
+#include "util/tiles.h"
 
 namespace k3::runtime {
 namespace {
@@ -96,6 +97,14 @@ WeightF32 weight_f32(const TensorArg& w) {
     out.data = out.owned.data();
     return out;
   }
+  if (w.value->dtype == ir::DType::kBF16DotT16) {
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    unpack_tile_rows(static_cast<const uint16_t*>(w.data), 0, w.dim(0), w.cols(), h.data());
+    WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
+    for (int64_t i = 0; i < n; ++i) out.owned[static_cast<size_t>(i)] = bf16_to_f32(h[static_cast<size_t>(i)]);
+    out.data = out.owned.data();
+    return out;
+  }
   if (w.value->dtype != ir::DType::kBF16 && w.value->dtype != ir::DType::kBF16Dot) return {{}, w.f32()};
   WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
   const auto* h = static_cast<const uint16_t*>(w.data);
@@ -111,7 +120,7 @@ WeightF32 weight_f32(const TensorArg& w) {
 // differs from the kernels.
 void linear_weight(const float* x, int64_t rows, int64_t k_dim, const TensorArg& w, int64_t n_dim, float* y) {
   const WeightF32 wf = weight_f32(w);
-  if (w.value->dtype == ir::DType::kBF16Dot) {
+  if (w.value->dtype == ir::DType::kBF16Dot || w.value->dtype == ir::DType::kBF16DotT16) {
     std::vector<float> xr(static_cast<size_t>(rows * k_dim));
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
     return linear_rows(xr.data(), rows, k_dim, wf.data, n_dim, y);
