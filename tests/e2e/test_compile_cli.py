@@ -174,6 +174,11 @@ def test_weight_layout_tiles_is_the_rows_bit_for_bit(k3, checkpoints, tmp_path):
     ids_b = k3.generate_ids(tiles, [PROMPT], max_new_tokens=STEPS, temperature=0, dump_logits=b)
     assert ids_a == ids_b
     assert a.read_bytes() == b.read_bytes()
+    # Off the amx table the tiles are unpacked (slower than rows): k3 says so, once.
+    noted = k3.run(*k3.generate_args(tiles, [PROMPT], max_new_tokens=1, isa="scalar"))
+    assert noted.returncode == 0 and noted.stderr.count("k3: note: the matrices are in the tile layout") == 1
+    plain = k3.run(*k3.generate_args(rows, [PROMPT], max_new_tokens=1, isa="scalar"))
+    assert plain.returncode == 0 and "tile layout" not in plain.stderr
     bad = k3.run("compile", checkpoints["k3-small"], "--weight-layout", "tiles", "--out", tmp_path / "f.k3m")
     assert_k3_error(bad, "--weight-layout tiles", "--precision bf16")
 

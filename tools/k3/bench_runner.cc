@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "commands.h"
 #include "runtime/ops/fast_ops.h"
 #include "util/rng.h"
 
@@ -108,6 +109,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
     if (!e.ok()) return e.status().with_context(s.models[m]);
     loaded[m].load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     loaded[m].engine = std::move(e).value();
+    note_tiles_off_amx(*loaded[m].engine);
     loaded[m].gen = std::make_unique<runtime::Generator>(*loaded[m].engine);
     result.isa = std::string(kernels::isa_name(loaded[m].engine->kernels().isa));
     result.threads = loaded[m].engine->threads();

@@ -9,6 +9,10 @@
 #include "kernels/kernels.h"
 #include "util/status.h"
 
+namespace k3::runtime {
+class Engine;
+}
+
 namespace k3::cli {
 
 using Command = std::function<int()>;
@@ -45,6 +49,11 @@ int engine_threads(int threads, const std::string& cpus);
 
 // --mmap, the same text in every command that loads a model.
 void add_mmap_flag(CLI::App* sub, bool* mmap);
+
+// One "k3: note:" line on stderr when the engine's matrices are in the tile
+// layout (k3 compile --weight-layout tiles) but its kernel table is not
+// amx: the other tables unpack the tiles and run slower than on rows.
+void note_tiles_off_amx(const runtime::Engine& engine);
 
 // --isa scalar|avx2|avx512|amx, the same in every command that runs a model.
 void add_isa_flag(CLI::App* sub, std::string* isa);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "runtime/engine.h"
 #include "runtime/thread_pool.h"
 
 namespace k3::cli {
@@ -44,6 +45,18 @@ void add_mmap_flag(CLI::App* sub, bool* mmap) {
   sub->add_flag("--mmap", *mmap,
                 "Map a .k3m's weights (instant load, shared page cache) instead of reading them into 2 MiB pages, "
                 "which decode streams faster (docs/runtime.md)");
+}
+
+void note_tiles_off_amx(const runtime::Engine& engine) {
+  if (engine.kernels().isa == kernels::Isa::kAmx || engine.executor() != Executor::kPlan) return;
+  for (const ir::Value& v : engine.decode_plan().graph().values()) {
+    if (v.dtype != ir::DType::kBF16DotT16) continue;
+    std::fprintf(stderr,
+                 "k3: note: the matrices are in the tile layout (--weight-layout tiles), which only the amx kernel "
+                 "table (--isa amx) reads directly; the %s table unpacks them and runs slower than on rows\n",
+                 std::string(kernels::isa_name(engine.kernels().isa)).c_str());
+    return;
+  }
 }
 
 void add_isa_flag(CLI::App* sub, std::string* isa) {
