@@ -64,6 +64,9 @@ inline constexpr int64_t kPanelRows = 16;
 // Rows and columns of one kBF16DotT16 tile (16 x 32 bf16 = 1 KiB).
 inline constexpr int64_t kTileRows = 16;
 inline constexpr int64_t kTileCols = 32;
+// Linear splits are multiples of kPanelRows (shape_rules.cc), so a split's
+// first row starts a tile block too (runtime/ops/op_call.h, gemm_weight).
+static_assert(kTileRows == kPanelRows);
 
 // Longest kQ8 row the int8 kernels take (their rounded activations live on
 // the stack): kernels::kQ8MaxK, checked equal in kernels/ref/scalar.cc.

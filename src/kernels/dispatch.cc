@@ -45,8 +45,8 @@ Isa detect_uncached() {
 
 // K3_ISA=scalar|avx2|avx512|amx -> cap; unset or unrecognised -> avx512.
 // The amx table is opt-in: it made bf16 prefill 2.8x faster on the one AMX
-// host measured (3.0x with --weight-layout tiles), but decodes 5-17% slower
-// (5-6% with tiles), and an engine keeps one table for all its steps,
+// host measured (3.0x with --weight-layout tiles), but decodes 9-17% slower
+// (5-10% with tiles), and an engine keeps one table for all its steps,
 // because prefill and decode must give the same bits (docs/performance.md).
 Isa isa_cap() {
   const char* env = std::getenv("K3_ISA");

@@ -17,9 +17,9 @@
 // (decode, M = 1) is already in pair form: read as a tile with a 4-byte
 // stride, it needs no interleaving, and its column of results is a row of C.
 //
-// Arithmetic: the tile unit sums each 32-k step in its own way (neither the
-// order of vdpbf16ps nor one rounding per pair: measured on Sapphire Rapids),
-// so results differ from the avx512bf16 table's in the last bits. Each
+// Arithmetic: the tile unit sums in its own order, so results differ from
+// the avx512bf16 table's in the last bits (docs/performance.md, "AMX tiles
+// for the bf16 product"). Each
 // element's result depends only on its row of W, its row of A and the steps
 // over k (32 at a time, from 0, in chunks of kChunkK added in order), never
 // on M, the tile shapes or the column split: the gemm_nt contract.
@@ -44,8 +44,8 @@ constexpr int64_t kTileBytes = 1024;  // one 16 x 64-byte tile
 constexpr int64_t kPrefetchSteps = 8;
 constexpr auto kHint = _MM_HINT_T0;
 // In the tile layout a block is one sequential stream: its whole tiles are
-// prefetched 2 steps ahead (a test loop streaming M 1 from DRAM read 14.1
-// GB/s without, 15.8-16.0 at 2, 14.4-15.2 at 4 and 8).
+// prefetched 2 steps ahead (1, 2 and 4 steps ahead all streamed M 1 at
+// 14.5-15.3 GB/s: bench_kernels amx/gemm_bf16dot_tiles_stream).
 constexpr int64_t kTiledPrefetchSteps = 2;
 
 // Row stride of the prepared rows, in bf16 values: K rounded up to a step
