@@ -597,7 +597,15 @@ StatusOr<SysInfo> SysInfo::from_json(const nlohmann::json& j) {
 
 // ---- measurement --------------------------------------------------------------
 
-StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& options) {
+int64_t default_bytes_per_array() {
+  SysInfo caches;
+  read_cache_sizes(caches);
+  return std::max(int64_t{128} << 20, (caches.l3_bytes + 4095) / 4096 * 4096);
+}
+
+StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& requested) {
+  MeasureOptions options = requested;
+  if (options.bytes_per_array == 0) options.bytes_per_array = default_bytes_per_array();
   const int max_threads = options.max_threads > 0 ? options.max_threads : hardware_threads();
   if (options.bytes_per_array < (int64_t{64} << 10))
     return invalid_argument("sysinfo: bytes_per_array must be at least 64 KiB, got " + std::to_string(options.bytes_per_array));
@@ -682,6 +690,7 @@ std::string sysinfo_cache_path() {
 
 StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool refresh) {
   const int want_threads = options.max_threads > 0 ? options.max_threads : hardware_threads();
+  const int64_t array_bytes = options.bytes_per_array != 0 ? options.bytes_per_array : default_bytes_per_array();
   const std::string path = sysinfo_cache_path();
   const std::string key = cache_key(cpu_model(), hardware_threads());
   nlohmann::json entries = path.empty() ? nlohmann::json::object() : read_cache_entries(path);
@@ -692,7 +701,7 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
       // Reuse only what answers this request: same machine (checked again
       // inside the entry), enough threads, and arrays at least as large.
       if (cached.ok() && cached->cpu == cpu_model() && cached->hardware_threads == hardware_threads() &&
-          cached->max_measured_threads() >= want_threads && cached->bytes_per_measurement >= 2 * (options.bytes_per_array / 4096 * 4096)) {
+          cached->max_measured_threads() >= want_threads && cached->bytes_per_measurement >= 2 * (array_bytes / 4096 * 4096)) {
         cached->kernel_isa = std::string(kernels::isa_name(kernels::best_table().isa));
         return cached;
       }
@@ -726,6 +735,7 @@ ReadProbe::~ReadProbe() = default;
 
 StatusOr<std::unique_ptr<ReadProbe>> ReadProbe::create(int threads, int64_t bytes_per_array) {
   if (threads < 1) return invalid_argument("read probe: threads must be at least 1, got " + std::to_string(threads));
+  if (bytes_per_array == 0) bytes_per_array = default_bytes_per_array();
   if (bytes_per_array < (int64_t{64} << 10))
     return invalid_argument("read probe: bytes_per_array must be at least 64 KiB, got " +
                             std::to_string(bytes_per_array));

@@ -67,12 +67,19 @@ struct SysInfo {
 struct MeasureOptions {
   int max_threads = 0;  // measure 1..max_threads threads; <= 0: hardware threads
   // Each of the three bandwidth arrays; a read measurement streams two of
-  // them (256 MiB by default). Small sizes measure cache, not memory.
-  int64_t bytes_per_array = int64_t{128} << 20;
+  // them. 0: default_bytes_per_array(). Small sizes measure cache, not memory.
+  int64_t bytes_per_array = 0;
   int repetitions = 5;        // timed passes per bandwidth number (median)
   double peak_seconds = 0.01;  // one timed compute-peak run
   int peak_runs = 10;          // compute peaks are the best of this many runs
 };
+
+// The arrays' default size: 128 MiB, or the last-level cache's size where
+// that is more, so a read pass (two arrays) streams at least twice the LLC
+// and measures memory, not cache. On a host with a 480 MiB L3, one thread
+// read a 256 MiB ring at 20-22 GB/s and a 2 GiB one at 17.8 (4 streams,
+// docs/performance.md, "The read probe and the L3").
+int64_t default_bytes_per_array();
 
 StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& options);
 StatusOr<SysInfo> measure_sysinfo(int max_threads);
@@ -101,7 +108,8 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
 // which a read streams two) and a thread pool of its own for its lifetime.
 class ReadProbe {
  public:
-  static StatusOr<std::unique_ptr<ReadProbe>> create(int threads, int64_t bytes_per_array = int64_t{128} << 20);
+  // bytes_per_array 0: default_bytes_per_array().
+  static StatusOr<std::unique_ptr<ReadProbe>> create(int threads, int64_t bytes_per_array = 0);
   ~ReadProbe();
   ReadProbe(const ReadProbe&) = delete;
   ReadProbe& operator=(const ReadProbe&) = delete;

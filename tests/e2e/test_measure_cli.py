@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from k3_e2e import K3Runner
-from test_cli_errors import assert_k3_error
+from test_cli_errors import assert_k3_error, assert_usage_error
 
 BENCH_KEYS = {
     "label", "batch", "ttft_ms", "decode_ms_per_token", "total_ms", "tokens_per_s", "decode_tokens_per_s",
@@ -34,6 +34,20 @@ def test_sysinfo_json_has_limits(k3: K3Runner) -> None:
     assert info["fp32_gflops_per_core"] > 0
     reads = info["read"]
     assert reads and all(p["gb_per_s"] > 0 for p in reads)
+    # The default pass streams at least twice the L3 (and 256 MiB), so it
+    # measures memory rather than cache.
+    assert info["bytes_per_measurement"] >= max(256 << 20, 2 * info["l3_bytes"] // 4096 * 4096)
+
+
+def test_sysinfo_read_mib_measures_that_pass_and_caches_nothing(k3: K3Runner, tmp_path: Path) -> None:
+    r = k3.run("sysinfo", "--read-mib", "8", "--threads", "1", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["bytes_per_measurement"] == 8 << 20
+    assert all(p["threads"] == 1 for p in info["read"])
+    assert not (tmp_path / "cache" / "sysinfo.json").exists()
+    for bad in ("0", "16385", "x"):
+        assert_usage_error(k3.run("sysinfo", "--read-mib", bad), ["--read-mib"])
 
 
 def test_bench_reports_every_key_and_writes_files(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:

@@ -184,6 +184,19 @@ TEST(SysInfo, RejectsBadOptions) {
   EXPECT_FALSE(measure_sysinfo(o).ok());
 }
 
+// A read pass (two arrays) must stream at least twice the last-level cache,
+// or it measures the cache: a 256 MiB pass read 44 GB/s on a host with a
+// 480 MiB L3 whose memory gave 34 (docs/performance.md).
+TEST(SysInfo, DefaultPassStreamsTwiceTheLastLevelCache) {
+  auto info = measure_sysinfo(small_options(1));
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  const int64_t def = default_bytes_per_array();
+  EXPECT_GE(def, int64_t{128} << 20);
+  EXPECT_GE(def, info->l3_bytes);
+  EXPECT_EQ(def % 4096, 0);
+  EXPECT_EQ(info->bytes_per_measurement, 2 * small_options(1).bytes_per_array);  // an explicit size is kept
+}
+
 TEST(ReadProbe, MeasuresAPositiveRateAndRejectsBadOptions) {
   auto probe = ReadProbe::create(2, int64_t{1} << 20);
   ASSERT_TRUE(probe.ok()) << probe.status().message();

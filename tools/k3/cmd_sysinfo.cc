@@ -17,6 +17,7 @@ struct SysinfoFlags {
   bool json = false;
   bool refresh = false;
   int threads = 0;
+  int64_t read_mib = 0;  // 0: the default pass (profile::default_bytes_per_array)
 };
 
 std::string bytes_text(int64_t b) {
@@ -63,14 +64,22 @@ void print_table(const profile::SysInfo& s) {
 }
 
 int run_sysinfo(const SysinfoFlags& f) {
-  auto info = profile::load_or_measure_sysinfo(f.threads, f.refresh);
+  // A chosen pass size is an experiment (how much of the pass the caches
+  // serve), not the machine's limits: measured, printed, never cached.
+  profile::MeasureOptions o;
+  o.max_threads = f.threads;
+  o.bytes_per_array = f.read_mib * (int64_t{1} << 20) / 2;
+  auto info = f.read_mib > 0 ? profile::measure_sysinfo(o) : profile::load_or_measure_sysinfo(f.threads, f.refresh);
   if (!info.ok()) return report(info.status());
   if (f.json) {
     std::printf("%s\n", info->to_json().dump(2).c_str());
   } else {
     print_table(*info);
     const std::string path = profile::sysinfo_cache_path();
-    if (!path.empty()) std::printf("\ncache              %s (--refresh to re-measure)\n", path.c_str());
+    if (f.read_mib > 0)
+      std::printf("\nnot cached: --read-mib measures a chosen pass size, not this machine's limits\n");
+    else if (!path.empty())
+      std::printf("\ncache              %s (--refresh to re-measure)\n", path.c_str());
   }
   return 0;
 }
@@ -83,6 +92,10 @@ Registered add_sysinfo(CLI::App& app) {
   sub->add_flag("--json", f->json, "Print JSON");
   sub->add_flag("--refresh", f->refresh, "Re-measure instead of using the cached result");
   sub->add_option("-t,--threads", f->threads, "Measure 1..N threads; 0 = all hardware threads")->check(CLI::Range(0, 1024));
+  sub->add_option("--read-mib", f->read_mib,
+                  "Bytes per read pass in MiB, measured now and not cached (default: 256, or twice the L3 where that "
+                  "is more, so the pass measures memory; smaller passes show how much the caches serve)")
+      ->check(CLI::Range(1, 16384));
   return {sub, [f]() { return run_sysinfo(*f); }};
 }
 
