@@ -2,8 +2,8 @@
 // for (`k3 compile --precision`), once, at compile time; the .k3m holds the
 // converted bytes and loading does no conversion.
 //
-//   Linear(x, W: f32 [N,K])              ->  Linear(x, W: bf16dot|q8 [N,K])
-//   Moe(x, gate: f32, experts: f32 ...)  ->  Moe(x, gate: f32, experts: bf16dot|q8 ...)
+//   Linear(x, W: f32 [N,K])              ->  Linear(x, W: bf16dot|bf16|q8 [N,K])
+//   Moe(x, gate: f32, experts: f32 ...)  ->  Moe(x, gate: f32, experts: bf16dot|bf16|q8 ...)
 //
 // bf16: f32 -> bf16 rounds to nearest even, into kBF16Dot matrices: the
 // kernels round the activations to bf16 as well and multiply bf16 by bf16
@@ -13,6 +13,11 @@
 // kBF16DotMaxCols) become kBF16 instead, f32 activations against widened
 // weights, as does a whole MoE if one of its expert matrices is that long.
 // docs/precision.md has the quality cost of both roundings.
+// bf16-f32: the same bf16 weights, every matrix kBF16: the kernels widen them
+// and multiply f32 activations with FMAs. No activation rounding, and on
+// CPUs whose vdpbf16ps runs at half the FMA rate (Intel Xeon with AVX-512
+// BF16) prefill runs faster, the more so in the panel layout
+// (docs/performance.md).
 // int8: symmetric absmax quantization per block of 32 weights of a row with
 // an f16 scale (util/quant.h; llama.cpp's Q8_0 bytes), the rows
 // interleaved across 16-block groups for VNNI. The kernels round activations
@@ -68,9 +73,9 @@ bool q8_ok(const ir::Value& v) {
 
 StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   if (precision_ == "fp32") return false;
-  if (precision_ != "bf16" && precision_ != "int8")
-    return unimplemented("weight precision '" + precision_ + "' is not supported (fp32, bf16, int8)");
-  const bool int8 = precision_ == "int8";
+  if (precision_ != "bf16" && precision_ != "bf16-f32" && precision_ != "int8")
+    return unimplemented("weight precision '" + precision_ + "' is not supported (fp32, bf16, bf16-f32, int8)");
+  const bool int8 = precision_ == "int8", widened = precision_ == "bf16-f32";
   // f32 value id -> converted value id, one table per bf16 target: a weight
   // read by a Linear (kBF16Dot) and by a MoE that has to stay kBF16 gets one
   // copy for each, so the MoE's matrices keep one dtype (its shape rule).
@@ -83,8 +88,11 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
     if (v < 0) v = q8_ok(g.value(id)) ? 1 : 0;
     return v == 1;
   };
-  // bf16 target of a matrix: kBF16Dot when the dot-product kernels take its rows.
-  auto dot_ok = [&](int id) { return g.value(id).shape.size() == 2 && g.value(id).shape[1] <= ir::kBF16DotMaxCols; };
+  // bf16 target of a matrix: kBF16Dot when the dot-product kernels take its
+  // rows (and bf16-f32 did not ask for widened weights).
+  auto dot_ok = [&](int id) {
+    return !widened && g.value(id).shape.size() == 2 && g.value(id).shape[1] <= ir::kBF16DotMaxCols;
+  };
   auto convert = [&](int id, bool dot) -> int {
     const ir::Value& v = g.value(id);
     if (v.kind != ir::ValueKind::kWeight || v.dtype != ir::DType::kF32) return id;

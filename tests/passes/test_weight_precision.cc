@@ -61,6 +61,24 @@ TEST(WeightPrecision, ConvertsLinearAndExpertWeightsToBf16) {
   EXPECT_FALSE(*changed2);
 }
 
+// bf16-f32: the same rounded weights, every matrix kBF16 (widened against
+// f32 activations), the gate still f32.
+TEST(WeightPrecision, Bf16F32StoresWidenedBf16Matrices) {
+  ir::Graph g = small_graph();
+  auto changed = WeightPrecision("bf16-f32").run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kBF16);
+  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16);
+  EXPECT_EQ(dtype_of_input(g, "moe", 1), DType::kF32);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16) << i;
+  const int id = g.find_value("proj.weight");
+  ASSERT_GE(id, 0);
+  const auto* h = static_cast<const uint16_t*>(g.value(id).data);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(h[i], f32_to_bf16(weights()[7 + i])) << i;
+}
+
 // 32-wide rows so int8 applies: tokens -> Embedding(table [16,32]) ->
 // Linear(w [32,32]) -> Moe(gate, 2 experts up [32,32] down [32,32]) ->
 // Linear(table) (tied), plus a Linear whose rows (K = 8) are not whole blocks.
@@ -304,6 +322,7 @@ TEST(WeightPrecision, Fp32IsANoOpAndOthersAreRefused) {
   auto bad = WeightPrecision("int3").run(g);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("int3"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("bf16-f32"), std::string::npos);  // the message lists the choices
 }
 
 // End to end on k3-tiny: bf16 logits stay close to fp32 (bf16 has 8 bits of
@@ -313,19 +332,21 @@ std::vector<float> last_logits(runtime::Engine& e, const std::vector<int32_t>& t
   return step_logits(e, 0, toks);
 }
 
-std::unique_ptr<runtime::Engine> engine(const std::string& precision, bool reference) {
-  return test::tiny_engine(precision, "rows", reference);
+std::unique_ptr<runtime::Engine> engine(const std::string& precision, bool reference,
+                                        const std::string& layout = "rows") {
+  return test::tiny_engine(precision, layout, reference);
 }
 
 // A model compiled at `precision` against the fp32 one on k3-tiny: it reads
 // at most `max_bytes_ratio` of fp32's weight bytes per token, its logits move
 // (but by at most `tol` of the largest logit), and its fast ops equal the
 // reference ops on the same converted weights.
-void expect_close_to_fp32(const std::string& precision, double max_bytes_ratio, float tol) {
+void expect_close_to_fp32(const std::string& precision, double max_bytes_ratio, float tol,
+                          const std::string& layout = "rows") {
   const std::vector<int32_t> prompt{5, 17, 42, 99, 3, 1};
   auto f32 = engine("fp32", false);
-  auto fast = engine(precision, false);
-  auto ref = engine(precision, true);
+  auto fast = engine(precision, false, layout);
+  auto ref = engine(precision, true, layout);
   EXPECT_LT(static_cast<double>(fast->weight_bytes_per_token()),
             static_cast<double>(f32->weight_bytes_per_token()) * max_bytes_ratio);
   const auto a = last_logits(*f32, prompt), b = last_logits(*fast, prompt), r = last_logits(*ref, prompt);
@@ -345,6 +366,13 @@ void expect_close_to_fp32(const std::string& precision, double max_bytes_ratio, 
 // bf16 has 8 bits of mantissa: relative weight error <= 2^-9.
 TEST(WeightPrecision, Bf16ModelStaysCloseToFp32AndMatchesReferenceOps) {
   expect_close_to_fp32("bf16", 0.75, 2e-2f);
+}
+
+// bf16-f32 rounds only the weights, so it stays as close as bf16; in the
+// panel layout too (another summation order, the same bound).
+TEST(WeightPrecision, Bf16F32ModelStaysCloseToFp32AndMatchesReferenceOps) {
+  expect_close_to_fp32("bf16-f32", 0.75, 2e-2f);
+  expect_close_to_fp32("bf16-f32", 0.75, 2e-2f, "panels");
 }
 
 // int8 weights: per-block absmax gives an error up to 1/254 of the block's
