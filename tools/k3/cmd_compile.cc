@@ -181,8 +181,10 @@ Registered add_compile(CLI::App& app) {
                   "Specialize shapes: batch=N (sequences decoded together), seq=N (prefill tokens per step), "
                   "ctx=N (KV positions per sequence); for ONNX, NAME=N fixes the graph's symbolic dim NAME");
   sub->add_option("--precision", f->precision,
-                  "Weight precision of Linear and expert matrices: fp32 (default), bf16, or int8 (blocks of 32 "
-                  "with an f32 scale; activations stay f32)");
+                  "Weight precision of Linear and expert matrices: fp32 (default), bf16 (activations rounded to "
+                  "bf16 too: bf16 dot products), bf16-f32 (bf16 weights widened against f32 activations: FMA, "
+                  "faster prefill where bf16 dot products run at half the FMA rate) or int8 (blocks of 32 with an "
+                  "f16 scale, activations rounded to int8 per block); docs/precision.md");
   sub->add_option("--weight-layout", f->weight_layout,
                   "Layout of Linear and expert matrices: rows (default; fastest decode here), panels (f32/bf16 "
                   "matrices as k-major panels of 16 rows; faster prefill) or tiles (with --precision bf16: "
