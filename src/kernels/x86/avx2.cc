@@ -502,9 +502,11 @@ constexpr PanelTileFn<WT> kPanelTiles[kPanelMr] = {panel_tile<WT, 1, 1>, panel_t
 // C[M, 16 * p0 .. 16 * p1) over whole panels p0 <= p < p1.
 //   M == 1: four panels a quarter of the range apart per tile, four memory
 //           streams (as the row kernel's far tiles), then the remainder.
-//   M <= 8: 4-row tiles panel by panel; the first row tile of a panel
-//           prefetches ahead, the later ones find the panel in cache.
-//   M > 8:  6-row tiles; each panel is reused from cache by all of them.
+//   M > 1:  4-row (M <= 8) or 6-row tiles panel by panel; the first row
+//           tile of a panel prefetches ahead, the later ones find the panel
+//           in cache. (Prefetching at M > 8 too: one thread's streamed M 32
+//           rose 5-10%, bench_kernels avx2/gemm_nt_(bf16p16|p16)_stream/M32,
+//           run on the AVX-512 Intel host.)
 template <class WT>
 void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
                        int64_t ldc) {
@@ -524,7 +526,7 @@ void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float
     for (int64_t m = 0; m < M; m += mr_max) {
       const int64_t mr = min64(mr_max, M - m);
       kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel,
-                              m == 0 && M <= kFarMaxM);
+                              m == 0);
     }
   }
 }
