@@ -600,7 +600,15 @@ StatusOr<SysInfo> SysInfo::from_json(const nlohmann::json& j) {
 int64_t default_bytes_per_array() {
   SysInfo caches;
   read_cache_sizes(caches);
-  return std::max(int64_t{128} << 20, (caches.l3_bytes + 4095) / 4096 * 4096);
+  int64_t bytes = std::max(int64_t{128} << 20, (caches.l3_bytes + 4095) / 4096 * 4096);
+  // The three arrays stay within 3/16 of the machine's memory (a reported
+  // LLC can be large next to a small VM's RAM), never below 128 MiB each.
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) {
+    const int64_t cap = static_cast<int64_t>(pages) / 16 * page / 4096 * 4096;
+    bytes = std::max(int64_t{128} << 20, std::min(bytes, cap));
+  }
+  return bytes;
 }
 
 StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& requested) {

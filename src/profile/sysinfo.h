@@ -78,7 +78,8 @@ struct MeasureOptions {
 // that is more, so a read pass (two arrays) streams at least twice the LLC
 // and measures memory, not cache. On a host with a 480 MiB L3, one thread
 // read a 256 MiB ring at 20-22 GB/s and a 2 GiB one at 17.8 (4 streams,
-// docs/performance.md, "The read probe and the L3").
+// docs/performance.md, "The read probe and the L3"). Capped at 1/16 of
+// physical memory per array (but not below 128 MiB).
 int64_t default_bytes_per_array();
 
 StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& options);
