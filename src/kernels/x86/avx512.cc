@@ -289,15 +289,21 @@ constexpr PanelTileFn<WT> kPanelTiles[kPanelMr] = {
     panel_tile<WT, 5, NP>, panel_tile<WT, 6, NP>,  panel_tile<WT, 7, NP>,  panel_tile<WT, 8, NP>,
     panel_tile<WT, 9, NP>, panel_tile<WT, 10, NP>, panel_tile<WT, 11, NP>, panel_tile<WT, 12, NP>};
 
-// Decode (M <= 8): every row of A in one tile over kPanelFar panels a
-// (p1 - p0) / kPanelFar apart, so W is read once and each thread keeps
-// kPanelFar memory streams open, as the row kernel's far tiles do.
-constexpr int64_t kPanelFar = 3;  // 8 x 3 accumulators + 3 weights = 27 zmm
+// Decode (M <= 8): every row of A in one tile over far(M) panels a
+// (p1 - p0) / far(M) apart, so W is read once and each thread keeps far(M)
+// memory streams open, as the row kernel's far tiles do: 4 up to 4 rows
+// (4 x 4 accumulators + 4 weights), 3 above (8 x 3 + 3 = 27 zmm). 4 streams
+// instead of 3 at M <= 4 read 5-8% faster (bench_kernels
+// avx512/gemm_nt_(bf16p16|p16)_stream/M(1|4), one thread; 8 streams at M 1
+// were no better) and took k3-base bf16-f32 panel decode from 91-93% of the
+// read bandwidth to 92-98% at batch 1 (docs/performance.md).
+constexpr int64_t panel_far(int64_t M) {
+  return M <= 4 ? 4 : 3;
+}
 template <class WT>
-constexpr PanelTileFn<WT> kPanelFarTiles[kFarMaxM] = {panel_tile<WT, 1, kPanelFar>, panel_tile<WT, 2, kPanelFar>,
-                                                      panel_tile<WT, 3, kPanelFar>, panel_tile<WT, 4, kPanelFar>,
-                                                      panel_tile<WT, 5, kPanelFar>, panel_tile<WT, 6, kPanelFar>,
-                                                      panel_tile<WT, 7, kPanelFar>, panel_tile<WT, 8, kPanelFar>};
+constexpr PanelTileFn<WT> kPanelFarTiles[kFarMaxM] = {panel_tile<WT, 1, 4>, panel_tile<WT, 2, 4>, panel_tile<WT, 3, 4>,
+                                                      panel_tile<WT, 4, 4>, panel_tile<WT, 5, 3>, panel_tile<WT, 6, 3>,
+                                                      panel_tile<WT, 7, 3>, panel_tile<WT, 8, 3>};
 
 // C[M, 16 * p0 .. 16 * p1) over whole panels p0 <= p < p1.
 template <class WT>
@@ -305,12 +311,13 @@ void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float
                        int64_t ldc) {
   const int64_t ps = K * kPanel;
   if (M <= kFarMaxM) {
-    const int64_t q = (p1 - p0) / kPanelFar;
+    const int64_t far = panel_far(M);
+    const int64_t q = (p1 - p0) / far;
     for (int64_t i = 0; i < q; ++i) {
       const int64_t p = p0 + i;
       kPanelFarTiles<WT>[M - 1](K, A, lda, W + p * ps, q * ps, C + p * kPanel, ldc, q * kPanel, true);
     }
-    for (int64_t p = p0 + kPanelFar * q; p < p1; ++p)
+    for (int64_t p = p0 + far * q; p < p1; ++p)
       kPanelTiles<WT, 1>[M - 1](K, A, lda, W + p * ps, ps, C + p * kPanel, ldc, kPanel, true);
     return;
   }
