@@ -12,7 +12,8 @@ class WeightPrecision final : public Pass {
   explicit WeightPrecision(std::string precision) : precision_(std::move(precision)) {}
   std::string_view name() const override { return "weight-precision"; }
   std::string_view summary() const override {
-    return "store Linear and expert weights in --precision (bf16, bf16-f32: half the bytes each decode step reads; int8: about a quarter)";
+    return "store Linear and expert weights in --precision (bf16, bf16-f32: half the bytes each decode step reads; "
+           "int8: about a quarter)";
   }
   StatusOr<bool> run(ir::Graph& g) override;
 

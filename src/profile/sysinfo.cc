@@ -709,7 +709,8 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
       // Reuse only what answers this request: same machine (checked again
       // inside the entry), enough threads, and arrays at least as large.
       if (cached.ok() && cached->cpu == cpu_model() && cached->hardware_threads == hardware_threads() &&
-          cached->max_measured_threads() >= want_threads && cached->bytes_per_measurement >= 2 * (array_bytes / 4096 * 4096)) {
+          cached->max_measured_threads() >= want_threads &&
+          cached->bytes_per_measurement >= 2 * (array_bytes / 4096 * 4096)) {
         cached->kernel_isa = std::string(kernels::isa_name(kernels::best_table().isa));
         return cached;
       }

@@ -525,8 +525,7 @@ void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float
   for (int64_t p = p0; p < p1; ++p) {
     for (int64_t m = 0; m < M; m += mr_max) {
       const int64_t mr = min64(mr_max, M - m);
-      kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel,
-                              m == 0);
+      kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, m == 0);
     }
   }
 }
