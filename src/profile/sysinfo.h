@@ -76,10 +76,10 @@ struct MeasureOptions {
 
 // The arrays' default size: 128 MiB, or the last-level cache's size where
 // that is more, so a read pass (two arrays) streams at least twice the LLC
-// and measures memory, not cache. On a host with a 480 MiB L3, one thread
-// read a 256 MiB ring at 20-22 GB/s and a 2 GiB one at 17.8 (4 streams,
-// docs/performance.md, "The read probe and the L3"). Capped at 1/16 of
-// physical memory per array (but not below 128 MiB).
+// and measures memory, not cache. On a host with a 480 MiB L3, 2 threads
+// read a 256 MiB pass at 44.3 GB/s and 1-2 GiB ones at 34.3-34.6 (`k3
+// sysinfo --read-mib N`; docs/performance.md, "the read probe and the L3").
+// Capped at 1/16 of physical memory per array (but not below 128 MiB).
 int64_t default_bytes_per_array();
 
 StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& options);
