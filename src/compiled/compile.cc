@@ -26,11 +26,11 @@ Status check_compile_options(const CompileOptions& o, const ModelConfig& c) {
   if (ctx < 1 || ctx > c.max_seq_len)
     return invalid_argument("context size " + std::to_string(ctx) + " must be between 1 and max_seq_len " +
                             std::to_string(c.max_seq_len));
-  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "bf16-f32" && o.precision != "int8")
-    return unimplemented("precision '" + o.precision + "' is not supported (fp32, bf16, bf16-f32, int8)");
   if (o.pipeline.weight_layout == "tiles" && o.precision != "bf16")
     return invalid_argument("--weight-layout tiles lays out bf16 dot-product weights: it needs --precision bf16");
-  return passes::check_pipeline_options(o.pipeline);
+  passes::PipelineOptions p = o.pipeline;
+  p.precision = o.precision;  // compile_checkpoint hands it to the pipeline below
+  return passes::check_pipeline_options(p);
 }
 
 StatusOr<CompiledModel> compile_checkpoint(const std::string& dir, const CompileOptions& options) {

@@ -126,9 +126,7 @@ std::vector<PassInfo> list_passes() {
 Status check_pipeline_options(const PipelineOptions& options) {
   if (options.opt_level < 0 || options.opt_level > 3)
     return invalid_argument("--opt-level must be 0, 1, 2 or 3 (got " + std::to_string(options.opt_level) + ")");
-  if (options.precision != "fp32" && options.precision != "bf16" && options.precision != "bf16-f32" &&
-      options.precision != "int8")
-    return unimplemented("precision '" + options.precision + "' is not supported (fp32, bf16, bf16-f32, int8)");
+  K3_RETURN_IF_ERROR(check_weight_precision(options.precision));
   if (options.kv_dtype != "f32" && options.kv_dtype != "bf16")
     return invalid_argument("--kv-dtype must be f32 or bf16 (got '" + options.kv_dtype + "')");
   if (options.weight_layout != "rows" && options.weight_layout != "panels" && options.weight_layout != "tiles")

@@ -71,10 +71,14 @@ bool q8_ok(const ir::Value& v) {
 
 }  // namespace
 
+Status check_weight_precision(std::string_view precision) {
+  if (precision == "fp32" || precision == "bf16" || precision == "bf16-f32" || precision == "int8") return Status();
+  return unimplemented("precision '" + std::string(precision) + "' is not supported (fp32, bf16, bf16-f32, int8)");
+}
+
 StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
+  K3_RETURN_IF_ERROR(check_weight_precision(precision_));
   if (precision_ == "fp32") return false;
-  if (precision_ != "bf16" && precision_ != "bf16-f32" && precision_ != "int8")
-    return unimplemented("weight precision '" + precision_ + "' is not supported (fp32, bf16, bf16-f32, int8)");
   const bool int8 = precision_ == "int8", widened = precision_ == "bf16-f32";
   // f32 value id -> converted value id, one table per bf16 target: a weight
   // read by a Linear (kBF16Dot) and by a MoE that has to stay kBF16 gets one

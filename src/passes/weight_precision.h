@@ -7,6 +7,10 @@
 
 namespace k3::passes {
 
+// OK if the pass takes `precision` (fp32, bf16, bf16-f32, int8), else the
+// error naming it and the choices: the one check behind --precision.
+Status check_weight_precision(std::string_view precision);
+
 class WeightPrecision final : public Pass {
  public:
   explicit WeightPrecision(std::string precision) : precision_(std::move(precision)) {}
