@@ -718,6 +718,7 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
   }
   MeasureOptions o = options;
   o.max_threads = want_threads;
+  o.bytes_per_array = array_bytes;  // resolved once, above
   K3_ASSIGN_OR_RETURN(SysInfo info, measure_sysinfo(o));
   if (!path.empty()) {
     // Keep other machines' entries (a home directory shared across hosts),

@@ -90,12 +90,14 @@ Registered add_sysinfo(CLI::App& app) {
   auto f = std::make_shared<SysinfoFlags>();
   CLI::App* sub = app.add_subcommand("sysinfo", "Measure this machine's limits: memory bandwidth, compute peaks, caches, SIMD");
   sub->add_flag("--json", f->json, "Print JSON");
-  sub->add_flag("--refresh", f->refresh, "Re-measure instead of using the cached result");
+  CLI::Option* refresh = sub->add_flag("--refresh", f->refresh, "Re-measure instead of using the cached result");
   sub->add_option("-t,--threads", f->threads, "Measure 1..N threads; 0 = all hardware threads")->check(CLI::Range(0, 1024));
   sub->add_option("--read-mib", f->read_mib,
                   "Bytes per read pass in MiB, measured now and not cached (default: 256, or twice the L3 where that "
-                  "is more, so the pass measures memory; smaller passes show how much the caches serve)")
-      ->check(CLI::Range(1, 16384));
+                  "is more, within 1/8 of RAM, so the pass measures memory; smaller passes show how much the caches "
+                  "serve)")
+      ->check(CLI::Range(1, 16384))
+      ->excludes(refresh);  // it always measures and never touches the cache
   return {sub, [f]() { return run_sysinfo(*f); }};
 }
 
