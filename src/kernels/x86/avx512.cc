@@ -301,9 +301,10 @@ constexpr int64_t panel_far(int64_t M) {
   return M <= 4 ? 4 : 3;
 }
 template <class WT>
-constexpr PanelTileFn<WT> kPanelFarTiles[kFarMaxM] = {panel_tile<WT, 1, 4>, panel_tile<WT, 2, 4>, panel_tile<WT, 3, 4>,
-                                                      panel_tile<WT, 4, 4>, panel_tile<WT, 5, 3>, panel_tile<WT, 6, 3>,
-                                                      panel_tile<WT, 7, 3>, panel_tile<WT, 8, 3>};
+constexpr PanelTileFn<WT> kPanelFarTiles[kFarMaxM] = {panel_tile<WT, 1, panel_far(1)>, panel_tile<WT, 2, panel_far(2)>,
+                                                      panel_tile<WT, 3, panel_far(3)>, panel_tile<WT, 4, panel_far(4)>,
+                                                      panel_tile<WT, 5, panel_far(5)>, panel_tile<WT, 6, panel_far(6)>,
+                                                      panel_tile<WT, 7, panel_far(7)>, panel_tile<WT, 8, panel_far(8)>};
 
 // C[M, 16 * p0 .. 16 * p1) over whole panels p0 <= p < p1.
 template <class WT>
