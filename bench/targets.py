@@ -171,8 +171,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     shape = f"batch={batches[-1]},seq={args.prompt_len},ctx={args.prompt_len + args.gen_len}"
     models = {}
+    layout = "" if args.weight_layout == "rows" else f"-{args.weight_layout}"
     for p in precisions:
-        layout = "" if args.weight_layout == "rows" else f"-{args.weight_layout}"
         models[p] = work / f"{p}{layout}-b{batches[-1]}.k3m"
         print(f"compiling {models[p].name} ({shape})", file=sys.stderr)
         run([k3, "compile", args.model, "--out", models[p], "--precision", p, "--weight-layout", args.weight_layout,
