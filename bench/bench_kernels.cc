@@ -220,11 +220,13 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
   std::vector<float> C(static_cast<size_t>(M * N));
   int64_t i = 0;
   for (auto _ : state) {
-    const int64_t off = (i++ % copies) * N * K;
+    // Each call names the copy the next one reads, as the MoE op names the
+    // next expert's weights (kernels.h, ReadNext).
+    const int64_t off = (i % copies) * N * K, next = (++i % copies) * N * K;
     if (bf16)
-      t->gemm_nt_bf16p16(M, 0, N, K, A.data(), K, P16.data() + off, C.data(), N);
+      t->gemm_nt_bf16p16(M, 0, N, K, A.data(), K, P16.data() + off, C.data(), N, {P16.data() + next, N * K * 2});
     else
-      t->gemm_nt_p16(M, 0, N, K, A.data(), K, P.data() + off, C.data(), N);
+      t->gemm_nt_p16(M, 0, N, K, A.data(), K, P.data() + off, C.data(), N, {P.data() + next, N * K * 4});
     benchmark::DoNotOptimize(C.data());
     benchmark::ClobberMemory();
   }

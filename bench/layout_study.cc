@@ -79,9 +79,9 @@ bool check(const KernelTable& t, int64_t N, int64_t K) {
   for (float& x : A) x = dist(rng);
   std::vector<float> dot(static_cast<size_t>(M * N)), pan(dot.size()), pan16(dot.size()), row(static_cast<size_t>(N));
   t.gemm_nt(M, 0, N, K, A.data(), K, w.rows.data(), K, dot.data(), N);
-  t.gemm_nt_p16(M, 0, N, K, A.data(), K, w.panels.data(), pan.data(), N);
-  t.gemm_nt_bf16p16(M, 0, N, K, A.data(), K, w.panels16.data(), pan16.data(), N);
-  t.gemm_nt_p16(1, 0, N, K, A.data() + 30 * K, K, w.panels.data(), row.data(), N);
+  t.gemm_nt_p16(M, 0, N, K, A.data(), K, w.panels.data(), pan.data(), N, {});
+  t.gemm_nt_bf16p16(M, 0, N, K, A.data(), K, w.panels16.data(), pan16.data(), N, {});
+  t.gemm_nt_p16(1, 0, N, K, A.data() + 30 * K, K, w.panels.data(), row.data(), N, {});
   double max_rel = 0;
   for (size_t i = 0; i < dot.size(); ++i)
     max_rel = std::max(max_rel, std::fabs(dot[i] - pan[i]) / (1.0 + std::fabs(dot[i])));
@@ -115,13 +115,13 @@ void run(const KernelTable& t, int64_t N, int64_t K, bool stream) {
             t.gemm_nt(M, 0, N, K, A.data(), K, w.rows.data() + off, K, C.data(), N);
             break;
           case 1:
-            t.gemm_nt_p16(M, 0, N, K, A.data(), K, w.panels.data() + off, C.data(), N);
+            t.gemm_nt_p16(M, 0, N, K, A.data(), K, w.panels.data() + off, C.data(), N, {});
             break;
           case 2:
             t.gemm_nt_bf16(M, 0, N, K, A.data(), K, w.rows16.data() + off, K, C.data(), N);
             break;
           default:
-            t.gemm_nt_bf16p16(M, 0, N, K, A.data(), K, w.panels16.data() + off, C.data(), N);
+            t.gemm_nt_bf16p16(M, 0, N, K, A.data(), K, w.panels16.data() + off, C.data(), N, {});
             break;
         }
         secs[v].push_back(seconds() - t0);

@@ -59,6 +59,16 @@ inline constexpr int64_t bf16dot_prepared_row_bytes_bound(int64_t K) {
   return K >= 16 ? 4 * K : 64;
 }
 
+// Weights a caller reads right after a panel GEMM (the next expert's share
+// of its matrix). The AVX-512 panel kernels pull its first bytes into L2
+// while their own last panels compute, so the next call does not start by
+// waiting on memory. A hint only: any pointer (prefetches never fault), or
+// none.
+struct ReadNext {
+  const void* data = nullptr;
+  int64_t bytes = 0;
+};
+
 struct KernelTable {
   Isa isa;
 
@@ -123,13 +133,14 @@ struct KernelTable {
   // one fused multiply-add chain in k order, in every table (the scalar one
   // uses std::fma), so results are bit-identical across M, [n0, n1) and
   // ISAs. Any [n0, n1) within the N rows works; ranges on multiples of 16
-  // avoid computing a shared panel twice.
+  // avoid computing a shared panel twice. `next` names the weights the
+  // caller multiplies next (ReadNext); it changes no result.
   void (*gemm_nt_p16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W,
-                      float* C, int64_t ldc);
+                      float* C, int64_t ldc, ReadNext next);
   // The same with bf16 panels (ir::DType::kBF16P16), widened exactly on load:
   // equal, bit for bit, to gemm_nt_p16 on the widened matrix.
   void (*gemm_nt_bf16p16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
-                          float* C, int64_t ldc);
+                          float* C, int64_t ldc, ReadNext next);
 
   // y[n] = (x - mean) / sqrt(var + eps) * w + b   (biased variance), one row.
   void (*layernorm)(const float* x, const float* w, const float* b, float eps, int64_t n, float* y);

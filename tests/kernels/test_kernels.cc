@@ -298,10 +298,13 @@ TEST_P(KernelTest, GemmBf16DotBitExactAcrossBatchAndSplits) {
 // Every table computes each panel-layout element as one FMA chain in k order
 // (the scalar table with std::fma), so all of them agree bit for bit, and
 // with the row-major reference within the gemm tolerance (which checks the
-// packing itself). Buffers are sized exactly: panel_count(N) * 16 * K.
+// packing itself). Buffers are sized exactly: panel_count(N) * 16 * K. The
+// table's calls name the other layout's copy as the weights read next
+// (kernels.h, ReadNext), a hint that must change nothing. M covers 1 to 4
+// row tiles.
 TEST_P(KernelTest, GemmPanelsBitExactVsReference) {
   std::mt19937 rng(11);
-  for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 25}) {
+  for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 25, 37}) {
     for (int64_t K : {0, 1, 7, 16, 17, 100, 513}) {
       for (int64_t N : {1, 3, 15, 16, 17, 33, 64, 100}) {
         const int64_t lda = K + (K % 2), ldc = N + 3;
@@ -314,9 +317,10 @@ TEST_P(KernelTest, GemmPanelsBitExactVsReference) {
         pack_panels(W.data(), N, K, P.data());
         pack_panels(W16.data(), N, K, P16.data());
         std::vector<float> C(strided_size(M, N, ldc), -7.0f), C16(C), R(C), Rows(C);
-        t().gemm_nt_p16(M, 0, N, K, A.data(), lda, P.data(), C.data(), ldc);
-        t().gemm_nt_bf16p16(M, 0, N, K, A.data(), lda, P16.data(), C16.data(), ldc);
-        ref().gemm_nt_p16(M, 0, N, K, A.data(), lda, P.data(), R.data(), ldc);
+        const auto bytes = static_cast<int64_t>(padded);
+        t().gemm_nt_p16(M, 0, N, K, A.data(), lda, P.data(), C.data(), ldc, {P16.data(), bytes * 2});
+        t().gemm_nt_bf16p16(M, 0, N, K, A.data(), lda, P16.data(), C16.data(), ldc, {P.data(), bytes * 4});
+        ref().gemm_nt_p16(M, 0, N, K, A.data(), lda, P.data(), R.data(), ldc, {});
         ref().gemm_nt(M, 0, N, K, A.data(), lda, W.data(), K, Rows.data(), ldc);
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t n = 0; n < N; ++n) {
@@ -349,17 +353,17 @@ TEST_P(KernelTest, GemmPanelsBitExactAcrossBatchAndSplits) {
     for (int64_t M : {5, 8, 13}) {
       const auto A = random_vec(M * K, rng);
       std::vector<float> whole(static_cast<size_t>(M * N));
-      t().gemm_nt_bf16p16(M, 0, N, K, A.data(), K, P16.data(), whole.data(), N);
+      t().gemm_nt_bf16p16(M, 0, N, K, A.data(), K, P16.data(), whole.data(), N, {});
       std::vector<float> single(static_cast<size_t>(N));
       for (int64_t m = 0; m < M; ++m) {
-        t().gemm_nt_bf16p16(1, 0, N, K, A.data() + m * K, K, P16.data(), single.data(), N);
+        t().gemm_nt_bf16p16(1, 0, N, K, A.data() + m * K, K, P16.data(), single.data(), N, {});
         for (int64_t n = 0; n < N; ++n)
           ASSERT_EQ(bits(single[n]), bits(whole[m * N + n])) << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
       }
       for (int64_t step : {1, 5, 16, 21, 32}) {
         std::vector<float> split(static_cast<size_t>(M * N), 0.0f);
         for (int64_t n0 = 0; n0 < N; n0 += step)
-          t().gemm_nt_bf16p16(M, n0, n0 + step < N ? n0 + step : N, K, A.data(), K, P16.data(), split.data(), N);
+          t().gemm_nt_bf16p16(M, n0, n0 + step < N ? n0 + step : N, K, A.data(), K, P16.data(), split.data(), N, {});
         for (int64_t i = 0; i < M * N; ++i)
           ASSERT_EQ(bits(split[i]), bits(whole[i])) << "K=" << K << " M=" << M << " step=" << step;
       }

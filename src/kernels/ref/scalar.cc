@@ -82,11 +82,13 @@ void gemm_nt_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A
   }
 }
 void gemm_nt_p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, float* C,
-                 int64_t ldc) {
+                 int64_t ldc, ReadNext next) {
+  (void)next;
   gemm_nt_panels(M, n0, n1, K, A, lda, W, C, ldc);
 }
 void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
-                     float* C, int64_t ldc) {
+                     float* C, int64_t ldc, ReadNext next) {
+  (void)next;
   gemm_nt_panels(M, n0, n1, K, A, lda, W, C, ldc);
 }
 

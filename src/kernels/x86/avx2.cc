@@ -458,7 +458,8 @@ inline void load_panel_row(const uint16_t* p, __m256& w0, __m256& w1) {
 // just before its one use.
 template <class WT, int MR, int NP>
 void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps, float* C, int64_t ldc, int64_t pcs,
-                bool prefetch) {
+                bool prefetch, PanelSpread spread) {
+  SpreadState spread_state(spread);
   __m256 acc[MR][2 * NP];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -472,6 +473,7 @@ void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps,
       for (int j = 0; j < NP; ++j)
         _mm_prefetch(reinterpret_cast<const char*>(W + j * ps + (k + kAhead) * kPanel), _MM_HINT_T1);
     }
+    if (spread.lines > 0) panel_spread_step(spread, spread_state, K);
     __m256 w[2 * NP];
 #pragma GCC unroll 8
     for (int j = 0; j < NP; ++j) load_panel_row(W + j * ps + k * kPanel, w[2 * j], w[2 * j + 1]);
@@ -492,7 +494,8 @@ void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps,
 }
 
 template <class WT>
-using PanelTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, bool);
+using PanelTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, bool,
+                             PanelSpread);
 constexpr int64_t kPanelMr = 6;     // rows per tile for M > 8 (12 accumulators)
 constexpr int64_t kPanelMrDec = 4;  // rows per tile for M <= 8 (the tile that then keeps pace with memory)
 template <class WT>
@@ -506,49 +509,68 @@ constexpr PanelTileFn<WT> kPanelTiles[kPanelMr] = {panel_tile<WT, 1, 1>, panel_t
 //           tile of a panel prefetches ahead, the later ones find the panel
 //           in cache. (Prefetching at M > 8 too: one thread's streamed M 32
 //           rose 5-10%, bench_kernels avx2/gemm_nt_(bf16p16|p16)_stream/M32,
-//           run on the AVX-512 Intel host.)
+//           run on the AVX-512 Intel host.) Above 8 rows, as in the AVX-512
+//           table, row tiles of near-equal height spread the prefetch of
+//           the next panel (or of read_next after the last) over their k
+//           steps, and only a thread's first panel waits on memory.
 template <class WT>
 void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
-                       int64_t ldc) {
+                       int64_t ldc, ReadNext read_next) {
   const int64_t ps = K * kPanel;
   if (M == 1) {
     const int64_t q = (p1 - p0) / 4;
     for (int64_t i = 0; i < q; ++i) {
       const int64_t p = p0 + i;
-      panel_tile<WT, 1, 4>(K, A, lda, W + p * ps, q * ps, C + p * kPanel, ldc, q * kPanel, true);
+      panel_tile<WT, 1, 4>(K, A, lda, W + p * ps, q * ps, C + p * kPanel, ldc, q * kPanel, true, {});
     }
     for (int64_t p = p0 + 4 * q; p < p1; ++p)
-      panel_tile<WT, 1, 1>(K, A, lda, W + p * ps, ps, C + p * kPanel, ldc, kPanel, true);
+      panel_tile<WT, 1, 1>(K, A, lda, W + p * ps, ps, C + p * kPanel, ldc, kPanel, true, {});
     return;
   }
-  const int64_t mr_max = M <= kFarMaxM ? kPanelMrDec : kPanelMr;
+  if (M <= kFarMaxM) {
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t m = 0; m < M; m += kPanelMrDec) {
+        const int64_t mr = min64(kPanelMrDec, M - m);
+        kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, m == 0, {});
+      }
+    }
+    return;
+  }
+  const int64_t tiles = (M + kPanelMr - 1) / kPanelMr;
+  const int64_t panel_bytes = ps * static_cast<int64_t>(sizeof(WT));
   for (int64_t p = p0; p < p1; ++p) {
-    for (int64_t m = 0; m < M; m += mr_max) {
-      const int64_t mr = min64(mr_max, M - m);
-      kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, m == 0);
+    const bool last = p + 1 == p1;
+    const int64_t lines = ((last ? min64(read_next.bytes, panel_bytes) : panel_bytes) + 63) / 64;
+    const char* next =
+        last ? static_cast<const char*>(read_next.data) : reinterpret_cast<const char*>(W + (p + 1) * ps);
+    for (int64_t r = 0; r < tiles; ++r) {
+      const int64_t m = r * M / tiles, mr = (r + 1) * M / tiles - m;
+      const int64_t l0 = r * lines / tiles, l1 = (r + 1) * lines / tiles;
+      kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel,
+                              p == p0 && r == 0, PanelSpread{next + 64 * l0, l1 - l0});
     }
   }
 }
 
 template <class WT>
 void gemm_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
-                 int64_t ldc) {
+                 int64_t ldc, ReadNext next) {
   const int64_t ps = K * kPanel;
   gemm_panels_split<kPanelMr>(
-      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_panels_whole(M, p0, p1, K, A, lda, W, C, ldc); },
+      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_panels_whole(M, p0, p1, K, A, lda, W, C, ldc, next); },
       [&](int64_t m, int64_t mr, int64_t p, float* out) {
-        kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, out, kPanel, kPanel, false);
+        kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, out, kPanel, kPanel, false, {});
       });
 }
 
 void gemm_nt_p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, float* C,
-                 int64_t ldc) {
-  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
+                 int64_t ldc, ReadNext next) {
+  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc, next);
 }
 
 void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
-                     float* C, int64_t ldc) {
-  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
+                     float* C, int64_t ldc, ReadNext next) {
+  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc, next);
 }
 
 // ---- element-wise ----------------------------------------------------------

@@ -9,7 +9,9 @@
 
 #include <math.h>
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/prepared_chunks.h"
 #include "kernels/tiles_via_rows.h"
@@ -240,8 +242,9 @@ inline __m512 panel_columns(const uint16_t*, __m512 acc) {
 // Registers: MR * NP accumulators + NP weights (<= 28 of the 32 zmm).
 template <class WT, int MR, int NP>
 void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps, float* C, int64_t ldc, int64_t pcs,
-                bool prefetch) {
+                bool prefetch, PanelSpread spread) {
   static_assert(MR * NP + NP <= 28, "tile must fit in registers");
+  SpreadState spread_state(spread);
   __m512 acc[MR][NP];
 #pragma GCC unroll 24
   for (int i = 0; i < MR; ++i)
@@ -255,6 +258,7 @@ void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps,
       for (int j = 0; j < NP; ++j)
         _mm_prefetch(reinterpret_cast<const char*>(W + j * ps + (k + kAhead) * kPanel), _MM_HINT_T1);
     }
+    if (spread.lines > 0) panel_spread_step(spread, spread_state, K);
     __m512 w[NP];
 #pragma GCC unroll 4
     for (int j = 0; j < NP; ++j) w[j] = load_panel_row(W + j * ps + k * kPanel);
@@ -272,22 +276,34 @@ void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps,
 }
 
 template <class WT>
-using PanelTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, bool);
+using PanelTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, bool,
+                             PanelSpread);
 
-// Prefill (M > 8): kPanelMr rows x 2 adjacent panels per tile, 24 FMAs per
-// 2 weight loads and 12 broadcasts; each panel pair is reused from cache by
-// every row tile. Rows left over use the narrower tiles of the same table.
-// The first row tile, which brings the pair from memory, prefetches its
+// Prefill (M > 8): tiles of up to kPanelMr rows x kPanelGroup adjacent
+// panels, 24 FMAs per 2 weight loads and 12 broadcasts; each group of
+// panels is reused from cache by every row tile. Rows and panels left over
+// use the smaller tiles of the same tables. (8 rows x 3 panels measured the
+// same within noise, end to end and in bench_kernels.) The first row tile
+// that brings a thread's first group from memory prefetches its own
 // streams: one thread with W from DRAM, M 32, went from 135-138 to 148-159
 // GFLOP/s for bf16 panels and 107-113 to 117-128 for f32 (bench_kernels
-// avx512/gemm_nt_(bf16p16|p16)_stream/M32_*), and a k3-base prefill from
-// 49-51% to 53% of the FMA peak (docs/performance.md).
+// avx512/gemm_nt_(bf16p16|p16)_stream/M32_*). Every later group arrives by
+// the spread prefetch (gemm_panels_whole).
 constexpr int64_t kPanelMr = 12;
+constexpr int kPanelGroup = 2;
+template <class WT, int NP, size_t... I>
+constexpr std::array<PanelTileFn<WT>, sizeof...(I)> make_panel_tiles(std::index_sequence<I...>) {
+  return {panel_tile<WT, static_cast<int>(I) + 1, NP>...};
+}
 template <class WT, int NP>
-constexpr PanelTileFn<WT> kPanelTiles[kPanelMr] = {
-    panel_tile<WT, 1, NP>, panel_tile<WT, 2, NP>,  panel_tile<WT, 3, NP>,  panel_tile<WT, 4, NP>,
-    panel_tile<WT, 5, NP>, panel_tile<WT, 6, NP>,  panel_tile<WT, 7, NP>,  panel_tile<WT, 8, NP>,
-    panel_tile<WT, 9, NP>, panel_tile<WT, 10, NP>, panel_tile<WT, 11, NP>, panel_tile<WT, 12, NP>};
+constexpr auto kPanelTiles = make_panel_tiles<WT, NP>(std::make_index_sequence<kPanelMr>());
+// The row tiles of NP panels, 1 <= NP <= kPanelGroup.
+template <class WT, size_t... J>
+const PanelTileFn<WT>* panel_tiles(int64_t np, std::index_sequence<J...>) {
+  const PanelTileFn<WT>* t = nullptr;
+  ((np == static_cast<int64_t>(J) + 1 ? (t = kPanelTiles<WT, static_cast<int>(J) + 1>.data()) : t), ...);
+  return t;
+}
 
 // Decode (M <= 8): every row of A in one tile over far(M) panels a
 // (p1 - p0) / far(M) apart, so W is read once and each thread keeps far(M)
@@ -309,53 +325,68 @@ constexpr PanelTileFn<WT> kPanelFarTiles[kFarMaxM] = {panel_tile<WT, 1, panel_fa
 // C[M, 16 * p0 .. 16 * p1) over whole panels p0 <= p < p1.
 template <class WT>
 void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
-                       int64_t ldc) {
+                       int64_t ldc, ReadNext read_next) {
   const int64_t ps = K * kPanel;
   if (M <= kFarMaxM) {
     const int64_t far = panel_far(M);
     const int64_t q = (p1 - p0) / far;
     for (int64_t i = 0; i < q; ++i) {
       const int64_t p = p0 + i;
-      kPanelFarTiles<WT>[M - 1](K, A, lda, W + p * ps, q * ps, C + p * kPanel, ldc, q * kPanel, true);
+      kPanelFarTiles<WT>[M - 1](K, A, lda, W + p * ps, q * ps, C + p * kPanel, ldc, q * kPanel, true, {});
     }
     for (int64_t p = p0 + far * q; p < p1; ++p)
-      kPanelTiles<WT, 1>[M - 1](K, A, lda, W + p * ps, ps, C + p * kPanel, ldc, kPanel, true);
+      kPanelTiles<WT, 1>[M - 1](K, A, lda, W + p * ps, ps, C + p * kPanel, ldc, kPanel, true, {});
     return;
   }
-  int64_t p = p0;
-  for (; p + 2 <= p1; p += 2) {
-    for (int64_t m = 0; m < M; m += kPanelMr) {
-      const int64_t mr = min64(kPanelMr, M - m);
-      kPanelTiles<WT, 2>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, m == 0);
-    }
-  }
-  if (p < p1) {
-    for (int64_t m = 0; m < M; m += kPanelMr) {
-      const int64_t mr = min64(kPanelMr, M - m);
-      kPanelTiles<WT, 1>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, false);
+  // Row tiles of near-equal height (32 rows: 11, 11, 10), so no tile is
+  // left with a row or two that cannot hide the FMA latency. While row tile
+  // r of R multiplies panel group g, it prefetches the r-th R-th of group
+  // g + 1 into L2 (PanelSpread, panel_split.h), and the last group prefetches
+  // the start of the caller's next weights (read_next). Memory so streams
+  // for as long as the arithmetic runs, where before it waited on the first
+  // row tile of each group and sat idle in the others. One thread, W from
+  // DRAM, M 32: f32 115-129 -> 150-161 GFLOP/s, bf16 146-158 -> 163-175
+  // (bench_kernels avx512/gemm_nt_(p16|bf16p16)_stream/M32_*); k3-base fp32
+  // panel prefill 46 -> 51% of the FMA peak (docs/performance.md).
+  const int64_t tiles = (M + kPanelMr - 1) / kPanelMr;
+  for (int64_t p = p0; p < p1; p += kPanelGroup) {
+    const int64_t np = min64(kPanelGroup, p1 - p);
+    const int64_t group_bytes = kPanelGroup * ps * static_cast<int64_t>(sizeof(WT));
+    const int64_t nn = min64(kPanelGroup, p1 - p - np);
+    const bool last = nn == 0;
+    const int64_t next_bytes = last ? min64(read_next.bytes, group_bytes) : nn * ps * static_cast<int64_t>(sizeof(WT));
+    const int64_t lines = next_bytes > 0 ? (next_bytes + 63) / 64 : 0;
+    const char* next =
+        last ? static_cast<const char*>(read_next.data) : reinterpret_cast<const char*>(W + (p + np) * ps);
+    const PanelTileFn<WT>* row_tiles = panel_tiles<WT>(np, std::make_index_sequence<kPanelGroup>());
+    for (int64_t r = 0; r < tiles; ++r) {
+      const int64_t m = r * M / tiles, mr = (r + 1) * M / tiles - m;
+      const int64_t l0 = r * lines / tiles, l1 = (r + 1) * lines / tiles;
+      row_tiles[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, p == p0 && r == 0,
+                        PanelSpread{next + 64 * l0, l1 - l0});
     }
   }
 }
 
 template <class WT>
 void gemm_panels(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, float* C,
-                 int64_t ldc) {
+                 int64_t ldc, ReadNext next) {
   const int64_t ps = K * kPanel;
   gemm_panels_split<kPanelMr>(
-      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_panels_whole(M, p0, p1, K, A, lda, W, C, ldc); },
+      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_panels_whole(M, p0, p1, K, A, lda, W, C, ldc, next); },
       [&](int64_t m, int64_t mr, int64_t p, float* out) {
-        kPanelTiles<WT, 1>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, out, kPanel, kPanel, false);
+        kPanelTiles<WT, 1>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, out, kPanel, kPanel, false, {});
       });
 }
 
 void gemm_nt_p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, float* C,
-                 int64_t ldc) {
-  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
+                 int64_t ldc, ReadNext next) {
+  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc, next);
 }
 
 void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
-                     float* C, int64_t ldc) {
-  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc);
+                     float* C, int64_t ldc, ReadNext next) {
+  gemm_panels(M, n0, n1, K, A, lda, W, C, ldc, next);
 }
 
 // ---- element-wise ----------------------------------------------------------

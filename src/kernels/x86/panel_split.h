@@ -1,5 +1,6 @@
-// Column ranges of the panel GEMMs (gemm_nt_p16 / gemm_nt_bf16p16), shared by
-// the AVX2 and AVX-512 tables: a range [n0, n1) is split into the whole
+// Column ranges of the panel GEMMs (gemm_nt_p16 / gemm_nt_bf16p16), and the
+// prefetch spread of their prefill tiles, shared by the AVX2 and AVX-512
+// tables: a range [n0, n1) is split into the whole
 // panels the table's tiles run over and the partial panels at its edges
 // (a thread's share may cut a panel), which are computed whole into a stack
 // tile and copied out. No intrinsics. Everything is in an anonymous
@@ -13,6 +14,43 @@ namespace k3::kernels {
 namespace {
 
 constexpr int64_t kPanel = 16;  // rows of W per panel (ir::kPanelRows)
+
+// Cache lines a prefill tile pulls into L2 for the weights that come after
+// its own (the next panel group, or the caller's next matrix), spread over
+// its k steps so that memory streams while the tile computes.
+struct PanelSpread {
+  const char* next = nullptr;
+  int64_t lines = 0;
+};
+
+// The lines go out as kSpreadStreams interleaved sequential streams, one per
+// quarter of the range (a quarter's boundary line may be fetched twice or
+// left to the demand loads). One stream per tile kept one core at about 9
+// GB/s, the rate its line fill buffers allow for software prefetches alone;
+// four let the L2 streamer run ahead on each, and one thread's f32 M 32
+// stream rose from 136-139 to 150-161 GFLOP/s (2 streams: 134-152, 8:
+// 138-145; bench_kernels avx512/gemm_nt_p16_stream/M32_*).
+constexpr int kSpreadStreams = 4;
+struct SpreadState {
+  const char* p[kSpreadStreams];
+  int q = 0;
+  int64_t acc = 0;
+  explicit SpreadState(const PanelSpread& s) {
+    for (int i = 0; i < kSpreadStreams; ++i) p[i] = s.next + 64 * (i * s.lines / kSpreadStreams);
+  }
+};
+
+// One k step of a tile with `steps` k steps: after step k, (k + 1) * lines /
+// steps of the spread's lines have been prefetched (Bresenham, no division).
+inline void panel_spread_step(const PanelSpread& s, SpreadState& st, int64_t steps) {
+  st.acc += s.lines;
+  while (st.acc >= steps) {
+    st.acc -= steps;
+    __builtin_prefetch(st.p[st.q], 0, 2);  // prefetcht1: into L2
+    st.p[st.q] += 64;
+    st.q = st.q + 1 == kSpreadStreams ? 0 : st.q + 1;
+  }
+}
 
 // whole(p0, p1): C[M, 16 * p0 .. 16 * p1) over whole panels.
 // tile(m, mr, panel, out): rows m .. m + mr of A (mr <= kTileMr) against one

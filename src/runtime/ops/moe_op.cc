@@ -215,13 +215,27 @@ void run_Moe(const OpCall& c) {
   //    here for all experts and chunks.
   uint8_t* prep = at<uint8_t>(c.workspace, l.prep);
   const ActRows xa = prepare_rows(c, dt, offs[n_exp], d, xg, d, prep);
+  // The expert after ex with rows routed to it (n_exp: none); each call
+  // names that expert's share of the same matrix as the weights it reads
+  // next (gemm_weight's ReadNext), so memory streams across experts.
+  auto next_active = [&](int64_t ex) {
+    for (++ex; ex < n_exp && offs[ex + 1] == offs[ex];) ++ex;
+    return ex;
+  };
   c.pool->parallel_for(f, 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
       const TensorArg* w = c.in + 2 + ex * per;
-      gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[0], hbuf + r0 * f, f);
-      if (swiglu) gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[1], gbuf + r0 * f, f);
+      const int64_t nx = next_active(ex);
+      if (swiglu) {
+        gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[0], hbuf + r0 * f, f, 0, next_rows(w[1], d, b, e));
+        gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[1], gbuf + r0 * f, f, 0,
+                    nx < n_exp ? next_rows(c.in[2 + nx * per], d, b, e) : kernels::ReadNext{});
+      } else {
+        gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[0], hbuf + r0 * f, f, 0,
+                    nx < n_exp ? next_rows(c.in[2 + nx * per], d, b, e) : kernels::ReadNext{});
+      }
       for (int64_t r = r0; r < r0 + cnt; ++r) {
         float* h = hbuf + r * f + b;
         if (swiglu)
@@ -239,7 +253,9 @@ void run_Moe(const OpCall& c) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
-      gemm_weight(c.kt, cnt, b, e, f, ha.from(r0), c.in[2 + ex * per + per - 1], ybuf + r0 * d, d);
+      const int64_t nx = next_active(ex);
+      gemm_weight(c.kt, cnt, b, e, f, ha.from(r0), c.in[2 + ex * per + per - 1], ybuf + r0 * d, d, 0,
+                  nx < n_exp ? next_rows(c.in[2 + nx * per + per - 1], f, b, e) : kernels::ReadNext{});
     }
   });
 

@@ -73,8 +73,10 @@ void gemm_bf16dot_tiles(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
 // util/panel.h): the kernel sees the rows from row0 on as a matrix of their
 // own (a Linear's split output; row0 is a multiple of 16, so panels start
 // on a panel).
+// `next` (kernels::ReadNext) names the weights the caller multiplies next;
+// the panel kernels prefetch them (next_rows below builds it).
 inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
-                        const TensorArg& w, float* C, int64_t ldc, int64_t row0 = 0) {
+                        const TensorArg& w, float* C, int64_t ldc, int64_t row0 = 0, kernels::ReadNext next = {}) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const auto k = static_cast<uint64_t>(K), r = static_cast<uint64_t>(row0);
   const float* A = x.a;
@@ -99,15 +101,27 @@ inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
         kt->gemm_nt_q8(M, n0, n1, K, A, lda, base + r * ir::q8_row_bytes(k), C, ldc);
       break;
     case ir::DType::kBF16P16:  // row0 / 16 whole panels of 16 x K
-      kt->gemm_nt_bf16p16(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), C, ldc);
+      kt->gemm_nt_bf16p16(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), C, ldc, next);
       break;
     case ir::DType::kF32P16:
-      kt->gemm_nt_p16(M, n0, n1, K, A, lda, reinterpret_cast<const float*>(base + r * k * 4), C, ldc);
+      kt->gemm_nt_p16(M, n0, n1, K, A, lda, reinterpret_cast<const float*>(base + r * k * 4), C, ldc, next);
       break;
     default:
       kt->gemm_nt(M, n0, n1, K, A, lda, reinterpret_cast<const float*>(base + r * k * 4), K, C, ldc);
   }
 }
+// Rows [n0, n1) of a K-column weight in the panel layouts, as the ReadNext
+// hint of the gemm_weight call before the one that reads them; none for the
+// other layouts, whose kernels take no hint.
+inline kernels::ReadNext next_rows(const TensorArg& w, int64_t K, int64_t n0, int64_t n1) {
+  int64_t elem = 0;
+  if (w.value->dtype == ir::DType::kF32P16) elem = 4;
+  if (w.value->dtype == ir::DType::kBF16P16) elem = 2;
+  if (elem == 0 || n1 <= n0) return {};
+  const int64_t p0 = n0 / 16, p1 = (n1 + 15) / 16;  // whole panels of 16 rows x K
+  return {static_cast<const uint8_t*>(w.data) + p0 * 16 * K * elem, (p1 - p0) * 16 * K * elem};
+}
+
 inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
                         int64_t lda, const TensorArg& w, float* C, int64_t ldc, int64_t row0 = 0) {
   gemm_weight(kt, M, n0, n1, K, ActRows{A, lda}, w, C, ldc, row0);
