@@ -871,28 +871,32 @@ void check_attend(const KernelTable& t, const std::vector<float>& q, const std::
   for (float x : v) vmax = std::fmax(vmax, std::fabs(x));
   for (int64_t i = 0; i < hd; ++i) {
     ASSERT_TRUE(std::isfinite(out[i])) << "len=" << len << " hd=" << hd << " i=" << i;
-    ASSERT_NEAR(out[i], want[i], tol * std::fmax(vmax, 1e-30f)) << "len=" << len << " hd=" << hd << " i=" << i;
+    ASSERT_NEAR(out[i], want[i], tol * std::fmax(vmax, 1e-30f))
+        << "len=" << len << " hd=" << hd << " stride=" << stride << " i=" << i;
   }
 }
 
+// Strides past hd and equal to it (the attention op's rows, which the
+// AVX-512 table takes 16 positions at a time); len runs through every
+// block tail.
 TEST_P(KernelTest, AttendMatchesReference) {
   std::mt19937 rng(8);
   // 300 exceeds the register-resident width of both SIMD tables (fallback path).
-  for (int64_t hd : {16, 64, 128, 80, 1, 3, 136, 300}) {
-    const int64_t stride = hd + 5;
-    const int64_t max_len = hd <= 128 ? 300 : 40;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const auto q = random_vec(hd, rng, -2.0f, 2.0f);
-    const auto k = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
-    const auto v = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng);
-    for (int64_t len = 1; len <= max_len; ++len) {
-      // Exact-size copies so the last row of a shorter cache ends the buffer.
-      const size_t size = strided_size(len, hd, stride);
-      const std::vector<float> kl(k.begin(), k.begin() + static_cast<ptrdiff_t>(size));
-      const std::vector<float> vl(v.begin(), v.begin() + static_cast<ptrdiff_t>(size));
-      check_attend(t(), q, kl, vl, len, hd, stride, scale, 5e-6f);
+  for (int64_t hd : {16, 64, 128, 80, 1, 3, 136, 300})
+    for (int64_t stride : {hd + 5, hd}) {
+      const int64_t max_len = hd <= 128 ? 300 : 40;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+      const auto k = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
+      const auto v = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng);
+      for (int64_t len = 1; len <= max_len; ++len) {
+        // Exact-size copies so the last row of a shorter cache ends the buffer.
+        const size_t size = strided_size(len, hd, stride);
+        const std::vector<float> kl(k.begin(), k.begin() + static_cast<ptrdiff_t>(size));
+        const std::vector<float> vl(v.begin(), v.begin() + static_cast<ptrdiff_t>(size));
+        check_attend(t(), q, kl, vl, len, hd, stride, scale, 5e-6f);
+      }
     }
-  }
 }
 
 // A bf16 cache row is read by widening each value exactly, so attend_bf16
@@ -902,35 +906,37 @@ TEST_P(KernelTest, AttendMatchesReference) {
 // the stack) and the fallback past the register-resident widths (300).
 TEST_P(KernelTest, AttendBf16IsAttendOnTheWidenedRows) {
   std::mt19937 rng(11);
-  for (int64_t hd : {64, 16, 80, 1, 3, 136, 300}) {
-    const int64_t stride = hd + 5;
-    const int64_t max_len = hd <= 136 ? 70 : 20;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const auto q = random_vec(hd, rng, -2.0f, 2.0f);
-    const auto kf = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
-    const auto vf = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng);
-    std::vector<uint16_t> k16(kf.size()), v16(vf.size());
-    std::vector<float> kw(kf.size()), vw(vf.size());
-    for (size_t i = 0; i < kf.size(); ++i) {
-      k16[i] = f32_to_bf16(kf[i]);
-      v16[i] = f32_to_bf16(vf[i]);
-      kw[i] = bf16_to_f32(k16[i]);
-      vw[i] = bf16_to_f32(v16[i]);
+  for (int64_t hd : {64, 16, 80, 1, 3, 136, 300})
+    for (int64_t stride : {hd + 5, hd}) {
+      const int64_t max_len = hd <= 136 ? 70 : 20;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+      const auto kf = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
+      const auto vf = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng);
+      std::vector<uint16_t> k16(kf.size()), v16(vf.size());
+      std::vector<float> kw(kf.size()), vw(vf.size());
+      for (size_t i = 0; i < kf.size(); ++i) {
+        k16[i] = f32_to_bf16(kf[i]);
+        v16[i] = f32_to_bf16(vf[i]);
+        kw[i] = bf16_to_f32(k16[i]);
+        vw[i] = bf16_to_f32(v16[i]);
+      }
+      for (int64_t len :
+           {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{4}, int64_t{13}, int64_t{16}, int64_t{37}, max_len}) {
+        if (len > max_len) continue;
+        // Exact-size copies so the last row of a shorter cache ends the buffer.
+        const size_t size = len == 0 ? 0 : strided_size(len, hd, stride);
+        const std::vector<uint16_t> kl(k16.begin(), k16.begin() + static_cast<ptrdiff_t>(size));
+        const std::vector<uint16_t> vl(v16.begin(), v16.begin() + static_cast<ptrdiff_t>(size));
+        std::vector<float> got(static_cast<size_t>(hd), 5.0f), want(static_cast<size_t>(hd), 6.0f);
+        t().attend_bf16(q.data(), kl.data(), vl.data(), len, hd, stride, scale, got.data());
+        t().attend(q.data(), kw.data(), vw.data(), len, hd, stride, scale, want.data());
+        for (int64_t i = 0; i < hd; ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[static_cast<size_t>(i)]),
+                    std::bit_cast<uint32_t>(want[static_cast<size_t>(i)]))
+              << "hd=" << hd << " stride=" << stride << " len=" << len << " i=" << i;
+      }
     }
-    for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{4}, int64_t{13}, max_len}) {
-      // Exact-size copies so the last row of a shorter cache ends the buffer.
-      const size_t size = len == 0 ? 0 : strided_size(len, hd, stride);
-      const std::vector<uint16_t> kl(k16.begin(), k16.begin() + static_cast<ptrdiff_t>(size));
-      const std::vector<uint16_t> vl(v16.begin(), v16.begin() + static_cast<ptrdiff_t>(size));
-      std::vector<float> got(static_cast<size_t>(hd), 5.0f), want(static_cast<size_t>(hd), 6.0f);
-      t().attend_bf16(q.data(), kl.data(), vl.data(), len, hd, stride, scale, got.data());
-      t().attend(q.data(), kw.data(), vw.data(), len, hd, stride, scale, want.data());
-      for (int64_t i = 0; i < hd; ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(got[static_cast<size_t>(i)]),
-                  std::bit_cast<uint32_t>(want[static_cast<size_t>(i)]))
-            << "hd=" << hd << " len=" << len << " i=" << i;
-    }
-  }
 }
 
 TEST_P(KernelTest, AttendEmptyIsZero) {
@@ -946,15 +952,15 @@ TEST_P(KernelTest, AttendLargeScoresStable) {
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> small(-8, 8);
   for (int64_t hd : {16, 64, 80, 128}) {
-    for (int64_t len : {1, 5, 33, 300}) {
-      const int64_t stride = hd + 3;
-      std::vector<float> q(static_cast<size_t>(hd));
-      std::vector<float> k(strided_size(len, hd, stride));
-      for (float& x : q) x = static_cast<float>(small(rng));
-      for (float& x : k) x = static_cast<float>(small(rng));
-      const auto v = random_vec(static_cast<int64_t>(k.size()), rng);
-      for (float scale : {1.0f, 10.0f, -3.0f}) check_attend(t(), q, k, v, len, hd, stride, scale, 5e-6f);
-    }
+    for (int64_t len : {1, 5, 33, 300})
+      for (int64_t stride : {hd + 3, hd}) {
+        std::vector<float> q(static_cast<size_t>(hd));
+        std::vector<float> k(strided_size(len, hd, stride));
+        for (float& x : q) x = static_cast<float>(small(rng));
+        for (float& x : k) x = static_cast<float>(small(rng));
+        const auto v = random_vec(static_cast<int64_t>(k.size()), rng);
+        for (float scale : {1.0f, 10.0f, -3.0f}) check_attend(t(), q, k, v, len, hd, stride, scale, 5e-6f);
+      }
   }
   // All scores equal and huge: a plain average of V.
   const int64_t hd = 64, len = 50;

@@ -515,11 +515,40 @@ inline __m512 load_cache(__mmask16 m, const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
+// Software prefetch distance of attend, in positions. With the cache in
+// memory (bench_kernels avx512/attend_stream, hd 64, one thread, 3 rounds)
+// no prefetch read 16.6-22.2 GB/s at len 128 and 18.3-22.9 at len 1024;
+// 4 positions ahead 24.4-29.3 and 25.9-30.4; 8 ahead 24.5-29.4 and
+// 26.9-31.3; 16 and 32 ahead no better than none.
+constexpr int64_t kAttendAhead = 8;
+
+// Lane b of the result = the sum of d[b]'s 16 lanes: a transpose-add tree,
+// 30 shuffles and 15 adds for 16 sums (16 separate horizontal sums take
+// about 4 times as many).
+inline __m512 hsum16(const __m512 (&d)[16]) {
+  __m512 x[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    x[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[2 * i], d[2 * i + 1]), _mm512_unpackhi_ps(d[2 * i], d[2 * i + 1]));
+  __m512 y[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane L: the lane-L sums of d[4i .. 4i+3]
+    const __m512d a = _mm512_castps_pd(x[2 * i]), b = _mm512_castps_pd(x[2 * i + 1]);
+    y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // 128-bit lanes [L0, L2 | L0, L2] + [L1, L3 | L1, L3] of two y's: lane
+  // pairs summed; then the same across the two results.
+  const __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xDD));
+  const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x88), _mm512_shuffle_f32x4(y[2], y[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xDD));
+}
+
 // Online softmax for hd <= NV * 16: the running output (unnormalised) lives in
 // NV registers, with the running max `mx` and running sum `l`. Positions are
-// taken in blocks of up to 4 so their dot products overlap; the accumulator is
-// rescaled only when a block raises the max (exp(mx - new) <= 1, never
-// overflows), so large scores are as safe as in the two-pass form.
+// taken in blocks of up to 4 (16 for dense rows: block16) so their dot
+// products overlap; the accumulator is rescaled only when a block raises the
+// max (exp(mx - new) <= 1, never overflows), so large scores are as safe as
+// in the two-pass form.
 template <int NV, class T>
 struct OnlineSoftmax {
   __m512 acc[NV];
@@ -529,6 +558,51 @@ struct OnlineSoftmax {
   // Lanes used in vector `vi` of a row of hd floats.
   static __mmask16 lanes(int vi, int64_t hd) {
     return vi < NV - 1 ? static_cast<__mmask16>(0xFFFF) : tail_mask(hd - (NV - 1) * kW);
+  }
+
+  // 16 positions: their dot products reduce into one vector of scores by a
+  // transpose-add tree (hsum16), so the block takes one max, one exp and
+  // one sum instead of four of each per 16 positions.
+  template <bool kPrefetch>
+  void block16(const float* q, const T* k, const T* v, int64_t hd, int64_t stride, float scale) {
+    __m512 d[16];
+#pragma GCC unroll 16
+    for (int b = 0; b < 16; ++b) d[b] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int vi = 0; vi < NV; ++vi) {
+      const __mmask16 m = lanes(vi, hd);
+      const __m512 qv = _mm512_maskz_loadu_ps(m, q + vi * kW);
+#pragma GCC unroll 16
+      for (int b = 0; b < 16; ++b) d[b] = _mm512_fmadd_ps(qv, load_cache(m, k + b * stride + vi * kW), d[b]);
+    }
+    const __m512 sv = _mm512_mul_ps(_mm512_set1_ps(scale), hsum16(d));
+    const float bmax = _mm512_reduce_max_ps(sv);
+    if (bmax > mx) {  // as in block: exp(-inf) clamps to ~1e-38 on the first block
+      const __m512 va = exp_ps(_mm512_set1_ps(mx - bmax));
+#pragma GCC unroll 16
+      for (int vi = 0; vi < NV; ++vi) acc[vi] = _mm512_mul_ps(acc[vi], va);
+      l *= _mm512_cvtss_f32(va);
+      mx = bmax;
+    }
+    alignas(64) float p[16];
+    const __m512 pv = exp_ps(_mm512_sub_ps(sv, _mm512_set1_ps(mx)));
+    _mm512_store_ps(p, pv);
+    l += _mm512_reduce_add_ps(pv);
+#pragma GCC unroll 16
+    for (int b = 0; b < 16; ++b) {
+      if constexpr (kPrefetch) {  // K and V of the next block's position b, one per step
+        constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;
+#pragma GCC unroll 16
+        for (int vi = 0; vi < NV; vi += kLineVectors) {
+          _mm_prefetch(reinterpret_cast<const char*>(k + (b + 16) * stride + vi * kW), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(v + (b + 16) * stride + vi * kW), _MM_HINT_T0);
+        }
+      }
+      const __m512 vp = _mm512_set1_ps(p[b]);  // a broadcast load, off the shuffle port
+#pragma GCC unroll 16
+      for (int vi = 0; vi < NV; ++vi)
+        acc[vi] = _mm512_fmadd_ps(vp, load_cache(lanes(vi, hd), v + b * stride + vi * kW), acc[vi]);
+    }
   }
 
   template <int B>
@@ -586,18 +660,25 @@ struct OnlineSoftmax {
   }
 };
 
-// Software prefetch distance of attend, in positions. With the cache in
-// memory (bench_kernels avx512/attend_stream, hd 64, one thread, 3 rounds)
-// no prefetch read 16.6-22.2 GB/s at len 128 and 18.3-22.9 at len 1024;
-// 4 positions ahead 24.4-29.3 and 25.9-30.4; 8 ahead 24.5-29.4 and
-// 26.9-31.3; 16 and 32 ahead no better than none.
-constexpr int64_t kAttendAhead = 8;
-
 // q: [hd]; k, v: [len, hd] with row stride `stride` (elements of T); out:
 // [hd]; hd <= NV * 16.
-template <int NV, class T>
-void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+// kDense: rows exactly NV vectors long (stride == hd == NV * 16, as the
+// attention op's cache rows are). Every K and V address in a block is then
+// one base plus a constant (16 positions' rows would otherwise take 16
+// offset registers, which spill), and the positions go 16 per block
+// (OnlineSoftmax::block16). One thread, hd 64 (bench_kernels
+// avx512/attend*, two rounds in turn): with K and V in cache, as for the
+// rows of a prefill chunk, 32-36 -> 52-53 GFLOP/s at len 128 and 1024
+// (dense 4-position blocks: 41-42); streamed from memory, as in decode,
+// 7.5-8.0 -> 7.5-7.7, about 3% slower. Keeping the 4-position blocks for
+// decode alone would break chunked prefill's bit-for-bit equality with
+// token-by-token decode (Engine.ChunkedPrefillEqualsTokenByToken), so both
+// take this path; a batch-8 bf16 decode step measured the same within noise
+// (k3 bench -b 8: 26.8-27.0 vs 27.1-27.3 ms).
+template <int NV, class T, bool kDense = false>
+void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t row_hd, int64_t row_stride, float scale,
                  float* out) {
+  const int64_t hd = kDense ? NV * kW : row_hd, stride = kDense ? NV * kW : row_stride;
   // One prefetch per 64-byte line: a line holds 16 f32 or 32 bf16 values.
   constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;
   OnlineSoftmax<NV, T> st;
@@ -606,6 +687,14 @@ void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   st.mx = -__builtin_inff();
   st.l = 0.0f;
   int64_t j = 0;
+  if constexpr (kDense) {
+    for (; j + 16 <= len; j += 16) {
+      if (j + 32 <= len)
+        st.template block16<true>(q, k + j * stride, v + j * stride, hd, stride, scale);
+      else
+        st.template block16<false>(q, k + j * stride, v + j * stride, hd, stride, scale);
+    }
+  }
   for (; j + 4 <= len; j += 4) {
     // K and V rows kAttendAhead positions on, into L1: a decode step reads
     // the cache from memory, one K and one V stream per call.
@@ -676,6 +765,12 @@ constexpr AttendFn<T> kAttendRegs[] = {
     attend_regs<13, T>, attend_regs<14, T>, attend_regs<15, T>, attend_regs<16, T>,
 };
 constexpr int64_t kMaxRegVectors = 16;
+template <class T>
+constexpr AttendFn<T> kAttendDense[] = {
+    attend_regs<1, T, true>, attend_regs<2, T, true>, attend_regs<3, T, true>, attend_regs<4, T, true>,
+    attend_regs<5, T, true>, attend_regs<6, T, true>, attend_regs<7, T, true>, attend_regs<8, T, true>,
+};
+constexpr int64_t kMaxDenseVectors = 8;
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
 // gives zeros, as in the reference.
@@ -686,6 +781,8 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   const int64_t nv = (hd + kW - 1) / kW;
   if (nv == 0) return;
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
+  if (nv <= kMaxDenseVectors && hd == nv * kW && stride == hd)
+    return kAttendDense<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
   kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 
