@@ -26,7 +26,7 @@ std::vector<PassInfo> list_passes();
 struct PipelineOptions {
   int opt_level = 3;                  // 0..3
   std::vector<std::string> disabled;  // pass names (--disable-pass)
-  std::string precision = "fp32";     // weight precision (--precision): fp32 | bf16 | bf16-f32 | int8
+  std::string precision = "fp32";     // weight precision (--precision): fp32 | bf16 | bf16-f32 | bf16-mixed | int8
   std::string weight_layout = "rows";  // matrix layout (--weight-layout): rows | panels | tiles (pack-weights)
   std::string kv_dtype = "f32";        // KV cache element type (--kv-dtype): f32 | bf16 (kv-cache-precision)
   // Symbolic input dims fixed by --input-shape (dim_param name -> value),

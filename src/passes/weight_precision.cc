@@ -18,6 +18,13 @@
 // CPUs whose vdpbf16ps runs at half the FMA rate (Intel Xeon with AVX-512
 // BF16) prefill runs faster, the more so in the panel layout
 // (docs/performance.md).
+// bf16-mixed: the same bf16 weights, each product on the instruction that
+// suits its shape on such CPUs: Linear matrices kBF16 (f32 activations,
+// FMA), expert matrices kBF16Dot (rounded activations, bf16 dot products).
+// A batch's Linears multiply every row against one matrix and are bound by
+// vdpbf16ps at batch 8, where each expert sees 0-5 rows and streams at the
+// memory rate; with `--weight-layout panels` only the Linears go to panels
+// (docs/performance.md).
 // int8: symmetric absmax quantization per block of 32 weights of a row with
 // an f16 scale (util/quant.h; llama.cpp's Q8_0 bytes), the rows
 // interleaved across 16-block groups for VNNI. The kernels round activations
@@ -72,14 +79,17 @@ bool q8_ok(const ir::Value& v) {
 }  // namespace
 
 Status check_weight_precision(std::string_view precision) {
-  if (precision == "fp32" || precision == "bf16" || precision == "bf16-f32" || precision == "int8") return Status();
-  return unimplemented("precision '" + std::string(precision) + "' is not supported (fp32, bf16, bf16-f32, int8)");
+  if (precision == "fp32" || precision == "bf16" || precision == "bf16-f32" || precision == "bf16-mixed" ||
+      precision == "int8")
+    return Status();
+  return unimplemented("precision '" + std::string(precision) +
+                       "' is not supported (fp32, bf16, bf16-f32, bf16-mixed, int8)");
 }
 
 StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   K3_RETURN_IF_ERROR(check_weight_precision(precision_));
   if (precision_ == "fp32") return false;
-  const bool int8 = precision_ == "int8", widened = precision_ == "bf16-f32";
+  const bool int8 = precision_ == "int8", widened = precision_ == "bf16-f32", mixed = precision_ == "bf16-mixed";
   // f32 value id -> converted value id, one table per bf16 target: a weight
   // read by a Linear (kBF16Dot) and by a MoE that has to stay kBF16 gets one
   // copy for each, so the MoE's matrices keep one dtype (its shape rule).
@@ -129,7 +139,7 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   for (ir::Node& n : g.mutable_nodes()) {
     if (n.op == ir::OpKind::kLinear) {
       ++stats_.matched;
-      n.inputs[1] = convert(n.inputs[1], dot_ok(n.inputs[1]));
+      n.inputs[1] = convert(n.inputs[1], !mixed && dot_ok(n.inputs[1]));
     } else if (n.op == ir::OpKind::kMoe) {
       ++stats_.matched;
       // One precision per MoE (its shape rule wants the experts' matrices in

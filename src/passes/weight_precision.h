@@ -7,7 +7,7 @@
 
 namespace k3::passes {
 
-// OK if the pass takes `precision` (fp32, bf16, bf16-f32, int8), else the
+// OK if the pass takes `precision` (fp32, bf16, bf16-f32, bf16-mixed, int8), else the
 // error naming it and the choices: the one check behind --precision.
 Status check_weight_precision(std::string_view precision);
 
@@ -16,7 +16,8 @@ class WeightPrecision final : public Pass {
   explicit WeightPrecision(std::string precision) : precision_(std::move(precision)) {}
   std::string_view name() const override { return "weight-precision"; }
   std::string_view summary() const override {
-    return "store Linear and expert weights in --precision (bf16, bf16-f32: half the bytes each decode step reads; "
+    return "store Linear and expert weights in --precision (bf16, bf16-f32, bf16-mixed: half the bytes each decode "
+           "step reads; "
            "int8: about a quarter)";
   }
   StatusOr<bool> run(ir::Graph& g) override;

@@ -101,6 +101,7 @@ def test_corrupt_weight_byte_is_an_error(k3, checkpoints, tmp_path):
         (["--precision", "int3"], "precision 'int3'"),
         (["--weight-layout", "squares"], "--weight-layout must be rows, panels or tiles"),
         (["--precision", "bf16-f32", "--weight-layout", "tiles"], "needs --precision bf16"),
+        (["--precision", "bf16-mixed", "--weight-layout", "tiles"], "needs --precision bf16"),
         (["--input-shape", "ctx=999999"], "max_seq_len"),
     ],
 )
@@ -117,6 +118,7 @@ def test_bad_compile_flags(k3, checkpoints, tmp_path, flags, needle):
         # same bytes (only the activations' precision differs).
         ("bf16", (0.45, 0.62), (0.45, 0.6)),
         ("bf16-f32", (0.45, 0.62), (0.45, 0.6)),
+        ("bf16-mixed", (0.45, 0.62), (0.45, 0.6)),
         # int8: blocks of 32 int8 + an f16 scale, 1.0625 bytes per weight
         # (0.266 of f32); the f32 embedding rows, gates and norms stay.
         ("int8", (0.25, 0.45), (0.26, 0.34)),
@@ -138,7 +140,7 @@ def test_precision_shrinks_the_weights_read(k3, checkpoints, tmp_path, precision
     assert len(b["generated_ids"][0]) == 4
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16-f32"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16-f32", "bf16-mixed"])
 def test_panel_layout_keeps_greedy_tokens(k3, checkpoints, tmp_path, precision):
     """--weight-layout panels stores the matrices as k-major panels of 16 rows
     (the pack-weights pass): the file grows only by the padding of the last
@@ -146,7 +148,8 @@ def test_panel_layout_keeps_greedy_tokens(k3, checkpoints, tmp_path, precision):
     gives the same tokens as the row layout (the sums differ in order only).
     With --precision bf16 the matrices are bf16dot (bf16-rounded activations),
     which the panel kernels do not compute, so nothing is packed; with
-    --precision bf16-f32 they are widened bf16, which the panels take."""
+    --precision bf16-f32 they are widened bf16, which the panels take, and
+    with bf16-mixed the Linears are (its experts stay bf16dot rows)."""
     rows, panels, rep = tmp_path / "rows.k3m", tmp_path / "panels.k3m", tmp_path / "report.json"
     compile_model(k3, checkpoints["k3-small"], rows, "--precision", precision)
     compile_model(k3, checkpoints["k3-small"], panels, "--precision", precision, "--weight-layout", "panels",

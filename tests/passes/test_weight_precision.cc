@@ -61,6 +61,24 @@ TEST(WeightPrecision, ConvertsLinearAndExpertWeightsToBf16) {
   EXPECT_FALSE(*changed2);
 }
 
+// bf16-mixed: the same rounded weights, Linear matrices kBF16 (FMA on f32
+// activations), expert matrices kBF16Dot, the gate still f32.
+TEST(WeightPrecision, Bf16MixedWidensLinearsAndKeepsExpertsOnDotProducts) {
+  ir::Graph g = small_graph();
+  auto changed = WeightPrecision("bf16-mixed").run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kBF16);
+  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16);
+  EXPECT_EQ(dtype_of_input(g, "moe", 1), DType::kF32);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16Dot) << i;
+  const int id = g.find_value("proj.weight");
+  ASSERT_GE(id, 0);
+  const auto* h = static_cast<const uint16_t*>(g.value(id).data);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(h[i], f32_to_bf16(weights()[7 + i])) << i;
+}
+
 // bf16-f32: the same rounded weights, every matrix kBF16 (widened against
 // f32 activations), the gate still f32.
 TEST(WeightPrecision, Bf16F32StoresWidenedBf16Matrices) {
@@ -373,6 +391,13 @@ TEST(WeightPrecision, Bf16ModelStaysCloseToFp32AndMatchesReferenceOps) {
 TEST(WeightPrecision, Bf16F32ModelStaysCloseToFp32AndMatchesReferenceOps) {
   expect_close_to_fp32("bf16-f32", 0.75, 2e-2f);
   expect_close_to_fp32("bf16-f32", 0.75, 2e-2f, "panels");
+}
+
+// bf16-mixed rounds the experts' activations as bf16 does and no others, so
+// bf16's bound holds; in panels only its Linears are packed.
+TEST(WeightPrecision, Bf16MixedModelStaysCloseToFp32AndMatchesReferenceOps) {
+  expect_close_to_fp32("bf16-mixed", 0.75, 2e-2f);
+  expect_close_to_fp32("bf16-mixed", 0.75, 2e-2f, "panels");
 }
 
 // int8 weights: per-block absmax gives an error up to 1/254 of the block's

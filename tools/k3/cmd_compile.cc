@@ -183,12 +183,14 @@ Registered add_compile(CLI::App& app) {
   sub->add_option("--precision", f->precision,
                   "Weight precision of Linear and expert matrices: fp32 (default), bf16 (activations rounded to "
                   "bf16 too: bf16 dot products), bf16-f32 (bf16 weights widened against f32 activations: FMA, "
-                  "faster prefill where bf16 dot products run at half the FMA rate) or int8 (blocks of 32 with an "
+                  "faster prefill where bf16 dot products run at half the FMA rate), bf16-mixed (bf16 weights: Linear "
+                  "products as bf16-f32, expert products as bf16) or int8 (blocks of 32 with an "
                   "f16 scale, activations rounded to int8 per block); docs/precision.md");
-  sub->add_option("--weight-layout", f->weight_layout,
-                  "Layout of Linear and expert matrices: rows (default; fastest decode here), panels (f32/bf16 "
-                  "matrices as k-major panels of 16 rows; faster prefill) or tiles (with --precision bf16: "
-                  "contiguous AMX tiles, for the amx kernel table); see docs/performance.md");
+  sub->add_option(
+      "--weight-layout", f->weight_layout,
+      "Layout of Linear and expert matrices: rows (default; fastest decode here), panels (f32/bf16 "
+      "matrices, bf16-mixed's Linears, as k-major panels of 16 rows; faster prefill) or tiles (with --precision bf16: "
+      "contiguous AMX tiles, for the amx kernel table); see docs/performance.md");
   sub->add_option("--kv-dtype", f->kv_dtype,
                   "Element type of the KV cache: f32 (default) or bf16 (half the bytes attention reads per cached "
                   "position; rows rounded as written, docs/precision.md has the cost)");
