@@ -60,7 +60,7 @@ inline constexpr int64_t bf16dot_prepared_row_bytes_bound(int64_t K) {
 }
 
 // Weights a caller reads right after a panel GEMM (the next expert's share
-// of its matrix). The AVX-512 panel kernels pull its first bytes into L2
+// of its matrix). The AVX-512 and AVX2 panel kernels pull its first bytes into L2
 // while their own last panels compute, so the next call does not start by
 // waiting on memory. A hint only: any pointer (prefetches never fault), or
 // none.

@@ -61,40 +61,35 @@ TEST(WeightPrecision, ConvertsLinearAndExpertWeightsToBf16) {
   EXPECT_FALSE(*changed2);
 }
 
-// bf16-mixed: the same rounded weights, Linear matrices kBF16 (FMA on f32
-// activations), expert matrices kBF16Dot, the gate still f32.
-TEST(WeightPrecision, Bf16MixedWidensLinearsAndKeepsExpertsOnDotProducts) {
+// Runs `precision` on the small graph: the Linears' matrices and the
+// experts' come out in the dtypes given, the gate stays f32, and the bytes
+// are the weights rounded to bf16 (nearest even).
+void expect_bf16_dtypes(const std::string& precision, DType linear, DType expert) {
   ir::Graph g = small_graph();
-  auto changed = WeightPrecision("bf16-mixed").run(g);
+  auto changed = WeightPrecision(precision).run(g);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
   EXPECT_TRUE(*changed);
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
-  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kBF16);
-  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16);
+  EXPECT_EQ(dtype_of_input(g, "proj", 1), linear);
+  EXPECT_EQ(dtype_of_input(g, "output", 1), linear);
   EXPECT_EQ(dtype_of_input(g, "moe", 1), DType::kF32);
-  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16Dot) << i;
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), expert) << i;
   const int id = g.find_value("proj.weight");
   ASSERT_GE(id, 0);
   const auto* h = static_cast<const uint16_t*>(g.value(id).data);
   for (int i = 0; i < 64; ++i) EXPECT_EQ(h[i], f32_to_bf16(weights()[7 + i])) << i;
 }
 
+// bf16-mixed: the same rounded weights, Linear matrices kBF16 (FMA on f32
+// activations), expert matrices kBF16Dot, the gate still f32.
+TEST(WeightPrecision, Bf16MixedWidensLinearsAndKeepsExpertsOnDotProducts) {
+  expect_bf16_dtypes("bf16-mixed", DType::kBF16, DType::kBF16Dot);
+}
+
 // bf16-f32: the same rounded weights, every matrix kBF16 (widened against
 // f32 activations), the gate still f32.
 TEST(WeightPrecision, Bf16F32StoresWidenedBf16Matrices) {
-  ir::Graph g = small_graph();
-  auto changed = WeightPrecision("bf16-f32").run(g);
-  ASSERT_TRUE(changed.ok()) << changed.status().message();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
-  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kBF16);
-  EXPECT_EQ(dtype_of_input(g, "output", 1), DType::kBF16);
-  EXPECT_EQ(dtype_of_input(g, "moe", 1), DType::kF32);
-  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kBF16) << i;
-  const int id = g.find_value("proj.weight");
-  ASSERT_GE(id, 0);
-  const auto* h = static_cast<const uint16_t*>(g.value(id).data);
-  for (int i = 0; i < 64; ++i) EXPECT_EQ(h[i], f32_to_bf16(weights()[7 + i])) << i;
+  expect_bf16_dtypes("bf16-f32", DType::kBF16, DType::kBF16);
 }
 
 // 32-wide rows so int8 applies: tokens -> Embedding(table [16,32]) ->

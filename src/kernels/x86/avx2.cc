@@ -539,15 +539,12 @@ void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float
   const int64_t tiles = (M + kPanelMr - 1) / kPanelMr;
   const int64_t panel_bytes = ps * static_cast<int64_t>(sizeof(WT));
   for (int64_t p = p0; p < p1; ++p) {
-    const bool last = p + 1 == p1;
-    const int64_t lines = ((last ? min64(read_next.bytes, panel_bytes) : panel_bytes) + 63) / 64;
-    const char* next =
-        last ? static_cast<const char*>(read_next.data) : reinterpret_cast<const char*>(W + (p + 1) * ps);
+    const PanelSpread after =
+        panel_spread_after(W + (p + 1) * ps, p + 1 < p1 ? panel_bytes : 0, read_next, panel_bytes);
     for (int64_t r = 0; r < tiles; ++r) {
-      const int64_t m = r * M / tiles, mr = (r + 1) * M / tiles - m;
-      const int64_t l0 = r * lines / tiles, l1 = (r + 1) * lines / tiles;
-      kPanelTiles<WT>[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel,
-                              p == p0 && r == 0, PanelSpread{next + 64 * l0, l1 - l0});
+      const RowTile t = row_tile(M, r, tiles, after);
+      kPanelTiles<WT>[t.mr - 1](K, A + t.m * lda, lda, W + p * ps, ps, C + t.m * ldc + p * kPanel, ldc, kPanel,
+                                p == p0 && r == 0, t.spread);
     }
   }
 }

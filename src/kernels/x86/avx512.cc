@@ -297,12 +297,11 @@ constexpr std::array<PanelTileFn<WT>, sizeof...(I)> make_panel_tiles(std::index_
 }
 template <class WT, int NP>
 constexpr auto kPanelTiles = make_panel_tiles<WT, NP>(std::make_index_sequence<kPanelMr>());
-// The row tiles of NP panels, 1 <= NP <= kPanelGroup.
-template <class WT, size_t... J>
-const PanelTileFn<WT>* panel_tiles(int64_t np, std::index_sequence<J...>) {
-  const PanelTileFn<WT>* t = nullptr;
-  ((np == static_cast<int64_t>(J) + 1 ? (t = kPanelTiles<WT, static_cast<int>(J) + 1>.data()) : t), ...);
-  return t;
+// The row tiles of np panels, 1 <= np <= kPanelGroup.
+static_assert(kPanelGroup == 2, "panel_tiles picks between the 1- and 2-panel tables");
+template <class WT>
+const PanelTileFn<WT>* panel_tiles(int64_t np) {
+  return np == 2 ? kPanelTiles<WT, 2>.data() : kPanelTiles<WT, 1>.data();
 }
 
 // Decode (M <= 8): every row of A in one tile over far(M) panels a
@@ -338,7 +337,7 @@ void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float
       kPanelTiles<WT, 1>[M - 1](K, A, lda, W + p * ps, ps, C + p * kPanel, ldc, kPanel, true, {});
     return;
   }
-  // Row tiles of near-equal height (32 rows: 11, 11, 10), so no tile is
+  // Row tiles of near-equal height (32 rows: 10, 11, 11), so no tile is
   // left with a row or two that cannot hide the FMA latency. While row tile
   // r of R multiplies panel group g, it prefetches the r-th R-th of group
   // g + 1 into L2 (PanelSpread, panel_split.h), and the last group prefetches
@@ -349,21 +348,16 @@ void gemm_panels_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const float
   // (bench_kernels avx512/gemm_nt_(p16|bf16p16)_stream/M32_*); k3-base fp32
   // panel prefill 46 -> 51% of the FMA peak (docs/performance.md).
   const int64_t tiles = (M + kPanelMr - 1) / kPanelMr;
+  const int64_t panel_bytes = ps * static_cast<int64_t>(sizeof(WT));
   for (int64_t p = p0; p < p1; p += kPanelGroup) {
-    const int64_t np = min64(kPanelGroup, p1 - p);
-    const int64_t group_bytes = kPanelGroup * ps * static_cast<int64_t>(sizeof(WT));
-    const int64_t nn = min64(kPanelGroup, p1 - p - np);
-    const bool last = nn == 0;
-    const int64_t next_bytes = last ? min64(read_next.bytes, group_bytes) : nn * ps * static_cast<int64_t>(sizeof(WT));
-    const int64_t lines = next_bytes > 0 ? (next_bytes + 63) / 64 : 0;
-    const char* next =
-        last ? static_cast<const char*>(read_next.data) : reinterpret_cast<const char*>(W + (p + np) * ps);
-    const PanelTileFn<WT>* row_tiles = panel_tiles<WT>(np, std::make_index_sequence<kPanelGroup>());
+    const int64_t np = min64(kPanelGroup, p1 - p), nn = min64(kPanelGroup, p1 - p - np);
+    const PanelSpread after =
+        panel_spread_after(W + (p + np) * ps, nn * panel_bytes, read_next, kPanelGroup * panel_bytes);
+    const PanelTileFn<WT>* row_tiles = panel_tiles<WT>(np);
     for (int64_t r = 0; r < tiles; ++r) {
-      const int64_t m = r * M / tiles, mr = (r + 1) * M / tiles - m;
-      const int64_t l0 = r * lines / tiles, l1 = (r + 1) * lines / tiles;
-      row_tiles[mr - 1](K, A + m * lda, lda, W + p * ps, ps, C + m * ldc + p * kPanel, ldc, kPanel, p == p0 && r == 0,
-                        PanelSpread{next + 64 * l0, l1 - l0});
+      const RowTile t = row_tile(M, r, tiles, after);
+      row_tiles[t.mr - 1](K, A + t.m * lda, lda, W + p * ps, ps, C + t.m * ldc + p * kPanel, ldc, kPanel,
+                          p == p0 && r == 0, t.spread);
     }
   }
 }

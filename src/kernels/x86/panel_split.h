@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/kernels.h"
+
 namespace k3::kernels {
 namespace {
 
@@ -39,6 +41,27 @@ struct SpreadState {
     for (int i = 0; i < kSpreadStreams; ++i) p[i] = s.next + 64 * (i * s.lines / kSpreadStreams);
   }
 };
+
+// What the row tiles of a panel group prefetch while they compute it: the
+// `bytes` of W after the group in the thread's range (at `next`), or, after
+// the range's last group (bytes == 0), the first `cap` bytes of the
+// caller's next weights (ReadNext).
+inline PanelSpread panel_spread_after(const void* next, int64_t bytes, ReadNext read_next, int64_t cap) {
+  const int64_t n = bytes > 0 ? bytes : (read_next.bytes < cap ? read_next.bytes : cap);
+  return {static_cast<const char*>(bytes > 0 ? next : read_next.data), n > 0 ? (n + 63) / 64 : 0};
+}
+
+// Row tile r of `tiles` over M rows: rows [m, m + mr), heights within one
+// of each other (32 rows in 3 tiles: 10, 11, 11 rows), and its share of the
+// group's spread.
+struct RowTile {
+  int64_t m, mr;
+  PanelSpread spread;
+};
+inline RowTile row_tile(int64_t M, int64_t r, int64_t tiles, const PanelSpread& s) {
+  const int64_t m = r * M / tiles, l0 = r * s.lines / tiles, l1 = (r + 1) * s.lines / tiles;
+  return {m, (r + 1) * M / tiles - m, {s.next + 64 * l0, l1 - l0}};
+}
 
 // One k step of a tile with `steps` k steps: after step k, (k + 1) * lines /
 // steps of the spread's lines have been prefetched (Bresenham, no division).

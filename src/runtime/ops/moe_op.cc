@@ -228,14 +228,10 @@ void run_Moe(const OpCall& c) {
       if (cnt == 0) continue;
       const TensorArg* w = c.in + 2 + ex * per;
       const int64_t nx = next_active(ex);
-      if (swiglu) {
-        gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[0], hbuf + r0 * f, f, 0, next_rows(w[1], d, b, e));
-        gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[1], gbuf + r0 * f, f, 0,
-                    nx < n_exp ? next_rows(c.in[2 + nx * per], d, b, e) : kernels::ReadNext{});
-      } else {
-        gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[0], hbuf + r0 * f, f, 0,
-                    nx < n_exp ? next_rows(c.in[2 + nx * per], d, b, e) : kernels::ReadNext{});
-      }
+      const kernels::ReadNext after = nx < n_exp ? next_rows(c.in[2 + nx * per], d, b, e) : kernels::ReadNext{};
+      gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[0], hbuf + r0 * f, f, 0,
+                  swiglu ? next_rows(w[1], d, b, e) : after);
+      if (swiglu) gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[1], gbuf + r0 * f, f, 0, after);
       for (int64_t r = r0; r < r0 + cnt; ++r) {
         float* h = hbuf + r * f + b;
         if (swiglu)
