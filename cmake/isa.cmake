@@ -9,6 +9,8 @@ set(K3_AVX512VNNI_FLAGS ${K3_AVX512_FLAGS} -mavx512vnni)
 set(K3_AVX512BF16_FLAGS ${K3_AVX512_FLAGS} -mavx512bf16)
 # The AMX bf16 GEMM only (x86/avx512_amx.cc), chosen when CPUID and the OS allow.
 set(K3_AMX_FLAGS ${K3_AVX512BF16_FLAGS} -mamx-tile -mamx-bf16)
+# AMX-INT8 loops of bench/amx_q8_study (no kernel uses AMX-INT8: see there).
+set(K3_AMX_INT8_FLAGS ${K3_AVX512_FLAGS} -mamx-tile -mamx-int8)
 
 function(k3_isa_sources target isa)
   if(isa STREQUAL "avx2")
