@@ -14,15 +14,13 @@
 // Prints GOP/s (2 per multiply-add), best of 9 runs; compare with `k3
 // sysinfo`'s int8 dot peak per core (vpdpbusd). docs/performance.md ("int8
 // on the tile unit") has the figures and what they mean.
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 
 #include "amx_q8_study.h"
+#include "kernels/kernels.h"
 
 namespace {
 
@@ -37,22 +35,11 @@ double best_gops(double ops, F f) {
   return ops / best / 1e9;
 }
 
-// Linux hands out the tile registers only on request (kernels/dispatch.cc).
-bool os_grants_amx() {
-#if defined(__linux__) && defined(SYS_arch_prctl)
-  constexpr int kArchReqXcompPerm = 0x1023;
-  constexpr int kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 int main() {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("amx-int8") || !os_grants_amx()) {
+  // kAmx: CPUID has the tiles and the OS granted them (kernels/dispatch.cc).
+  if (k3::kernels::detect_isa() != k3::kernels::Isa::kAmx || !__builtin_cpu_supports("amx-int8")) {
     std::printf("amx_q8_study: this CPU (or OS) offers no AMX-INT8; nothing to measure\n");
     return 0;
   }

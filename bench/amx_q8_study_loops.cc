@@ -7,21 +7,15 @@
 
 #include <cstdint>
 
+#include "kernels/x86/amx_tile_config.h"
+
 namespace k3::amx_study {
 namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // C tiles 0-3: 16 x 16 int32; A tiles 4, 5: 16 rows of k bytes; B tiles 6,
 // 7: k / 4 rows of 64 bytes (16 columns x 4 bytes).
 void configure(int k) {
-  TileConfig cfg;
+  kernels::TileConfig cfg;
   for (int t = 0; t < 4; ++t) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
@@ -34,9 +28,7 @@ void configure(int k) {
     cfg.rows[t] = static_cast<uint8_t>(k / 4);
     cfg.colsb[t] = 64;
   }
-  // GCC 12 does not see LDTILECFG read cfg; the barrier keeps the stores.
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
+  kernels::load_tile_config(cfg);
 }
 
 alignas(64) int8_t g_a[2][16 * 64];

@@ -27,6 +27,7 @@
 
 #include "kernels/prepared_chunks.h"
 #include "kernels/tiles_via_rows.h"
+#include "kernels/x86/amx_tile_config.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/tables.h"
 
@@ -53,15 +54,6 @@ constexpr int64_t kTiledPrefetchSteps = 2;
 inline int64_t padded_k(int64_t K) {
   return (K + kStep - 1) / kStep * kStep;
 }
-
-// The 64-byte tile configuration (palette 1) of the Intel SDM, LDTILECFG.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Tiles: C00 = 0 (W0 x B0), C10 = 1 (W1 x B0), C01 = 2 (W0 x B1),
 // C11 = 3 (W1 x B1); W0 = 4, W1 = 5 (16 W rows each); B0 = 6, B1 = 7 (16
@@ -93,10 +85,7 @@ void configure(const Shape& s) {
     set(3, s.r1, 64);
     set(7, 16, 4 * s.c0);
   }
-  // GCC 12 does not treat LDTILECFG as reading its operand and drops the
-  // stores above as dead; the barrier makes them happen first.
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
+  load_tile_config(cfg);
 }
 
 // dst[c][r] = src[r][c] for a 16 x 16 block of 32-bit values; src rows are

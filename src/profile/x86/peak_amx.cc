@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/x86/amx_tile_config.h"
 #include "profile/sysinfo.h"
 
 namespace k3::profile::detail {
@@ -14,16 +15,14 @@ namespace k3::profile::detail {
 // Four 16 x 16 f32 accumulators, each TDPBF16PS 16 x 16 x 32 multiply-adds
 // (16384 flops); four independent chains cover the instruction's latency.
 float tdpbf16_loop_amx(int64_t iters, double* ops) {
-  struct alignas(64) {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-    uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-  } cfg;
+  kernels::TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
   alignas(64) uint16_t ab[512];
   for (uint16_t& x : ab) x = 0x3f00;  // bf16 0.5
-  // GCC 12 does not treat LDTILECFG as reading its operand (dead stores).
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
+  kernels::load_tile_config(cfg);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
