@@ -14,30 +14,15 @@
 // Prints GOP/s (2 per multiply-add), best of 9 runs; compare with `k3
 // sysinfo`'s int8 dot peak per core (vpdpbusd). docs/performance.md ("int8
 // on the tile unit") has the figures and what they mean.
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 
 #include "amx_q8_study.h"
+#include "best_rate.h"
 #include "kernels/kernels.h"
 
-namespace {
-
-template <class F>
-double best_gops(double ops, F f) {
-  double best = 1e30;
-  for (int run = 0; run < 9; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return ops / best / 1e9;
-}
-
-}  // namespace
-
 int main() {
+  using k3::bench::best_gops;
   // kAmx: CPUID has the tiles and the OS granted them (kernels/dispatch.cc).
   if (k3::kernels::detect_isa() != k3::kernels::Isa::kAmx || !__builtin_cpu_supports("amx-int8")) {
     std::printf("amx_q8_study: this CPU (or OS) offers no AMX-INT8; nothing to measure\n");

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <vector>
 
+#include "best_rate.h"
 #include "kernels/kernels.h"
 #include "util/quant.h"
 
@@ -86,20 +87,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void tile_magic
   K3_LOOP(K3_ACCS(K3_RELOAD), K3_ACCS(K3_SUB_FMA));
 }
 
-template <class F>
-double best_gops(double ops, F f) {
-  double best = 1e30;
-  for (int r = 0; r < 9; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return ops / best / 1e9;
-}
-
 }  // namespace
 
 int main() {
+  using k3::bench::best_gops;
   if (!__builtin_cpu_supports("avx512vnni")) {
     std::printf("q8_tile_study: this CPU has no AVX-512 VNNI; nothing to measure\n");
     return 0;
