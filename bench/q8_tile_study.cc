@@ -13,8 +13,6 @@
 // and, for comparison, the kernel itself (the table's q8_prepared.gemm) on
 // 4 rows x 4 W rows of K 512, all in L1. Prints GOP/s (2 per multiply-add),
 // best of 9 runs.
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
