@@ -1,9 +1,8 @@
 // The loops of amx_q8_study (its header says what each measures), in their
-// own translation unit because they are compiled with -mamx-tile
-// -mamx-int8: call them only after the study has checked CPUID and the OS.
+// own translation unit because they are compiled with the AMX flags
+// (cmake/isa.cmake): call them only after the study has checked CPUID and
+// the OS.
 #include "amx_q8_study.h"
-
-#include <immintrin.h>
 
 #include <cstdint>
 

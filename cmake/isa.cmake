@@ -7,10 +7,10 @@ set(K3_AVX512_FLAGS -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c)
 set(K3_AVX512VNNI_FLAGS ${K3_AVX512_FLAGS} -mavx512vnni)
 # The bf16 dot-product GEMM only (x86/avx512_bf16.cc), chosen when CPUID has it.
 set(K3_AVX512BF16_FLAGS ${K3_AVX512_FLAGS} -mavx512bf16)
-# The AMX bf16 GEMM only (x86/avx512_amx.cc), chosen when CPUID and the OS allow.
-set(K3_AMX_FLAGS ${K3_AVX512BF16_FLAGS} -mamx-tile -mamx-bf16)
-# AMX-INT8 loops of bench/amx_q8_study (no kernel uses AMX-INT8: see there).
-set(K3_AMX_INT8_FLAGS ${K3_AVX512_FLAGS} -mamx-tile -mamx-int8)
+# The AMX code (x86/avx512_amx.cc: the bf16 GEMM; the peak loops; the int8
+# study), chosen when CPUID and the OS allow. No kernel uses AMX-INT8
+# (docs/performance.md, "int8 on the tile unit"); sysinfo measures its peak.
+set(K3_AMX_FLAGS ${K3_AVX512BF16_FLAGS} -mamx-tile -mamx-bf16 -mamx-int8)
 
 function(k3_isa_sources target isa)
   if(isa STREQUAL "avx2")

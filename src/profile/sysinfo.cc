@@ -103,6 +103,11 @@ bool cpu_has_amx() {
   return kernels::detect_isa() == kernels::Isa::kAmx;
 }
 
+bool cpu_has_amx_int8() {
+  __builtin_cpu_init();
+  return cpu_has_amx() && __builtin_cpu_supports("amx-int8");
+}
+
 bool cpu_has_vnni() {
   __builtin_cpu_init();
   return kernels::detect_isa() >= kernels::Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
@@ -549,6 +554,7 @@ nlohmann::json SysInfo::to_json() const {
   j["fp32_gflops_total"] = fp32_gflops_total;
   j["bf16_gflops_per_core"] = optional_json(bf16_gflops_per_core);
   j["amx_bf16_gflops_per_core"] = optional_json(amx_bf16_gflops_per_core);
+  j["amx_int8_gops_per_core"] = optional_json(amx_int8_gops_per_core);
   j["int8_gops_per_core"] = optional_json(int8_gops_per_core);
   j["bytes_per_measurement"] = bytes_per_measurement;
   j["repetitions"] = repetitions;
@@ -588,6 +594,8 @@ StatusOr<SysInfo> SysInfo::from_json(const nlohmann::json& j) {
   // Added after the first caches were written: absent reads as not measured.
   if (j.contains("amx_bf16_gflops_per_core"))
     K3_RETURN_IF_ERROR(get_optional_number(j, "amx_bf16_gflops_per_core", s.amx_bf16_gflops_per_core));
+  if (j.contains("amx_int8_gops_per_core"))
+    K3_RETURN_IF_ERROR(get_optional_number(j, "amx_int8_gops_per_core", s.amx_int8_gops_per_core));
   K3_RETURN_IF_ERROR(get_optional_number(j, "int8_gops_per_core", s.int8_gops_per_core));
   K3_RETURN_IF_ERROR(get_int(j, "bytes_per_measurement", s.bytes_per_measurement, 0));
   K3_RETURN_IF_ERROR(get_int(j, "repetitions", s.repetitions, 0));
@@ -668,6 +676,7 @@ StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& requested) {
   info.fp32_gflops_per_core = peak(loops.fma != nullptr ? loops.fma : scalar_fma_loop, &info.fp32_gflops_total);
   if (cpu_has_bf16()) info.bf16_gflops_per_core = peak(detail::dpbf16_loop_avx512, nullptr);
   if (cpu_has_amx()) info.amx_bf16_gflops_per_core = peak(detail::tdpbf16_loop_amx, nullptr);
+  if (cpu_has_amx_int8()) info.amx_int8_gops_per_core = peak(detail::tdpbssd_loop_amx, nullptr);
   if (cpu_has_vnni()) info.int8_gops_per_core = peak(detail::dpbusd_loop_avx512, nullptr);
   return info;
 }
@@ -707,10 +716,14 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
     if (it != entries.end()) {
       auto cached = SysInfo::from_json(*it);
       // Reuse only what answers this request: same machine (checked again
-      // inside the entry), enough threads, and arrays at least as large.
+      // inside the entry), enough threads, arrays at least as large, and
+      // every peak this CPU has (an entry written before a peak was added
+      // lacks it).
       if (cached.ok() && cached->cpu == cpu_model() && cached->hardware_threads == hardware_threads() &&
           cached->max_measured_threads() >= want_threads &&
-          cached->bytes_per_measurement >= 2 * (array_bytes / 4096 * 4096)) {
+          cached->bytes_per_measurement >= 2 * (array_bytes / 4096 * 4096) &&
+          (cached->amx_bf16_gflops_per_core.has_value() || !cpu_has_amx()) &&
+          (cached->amx_int8_gops_per_core.has_value() || !cpu_has_amx_int8())) {
         cached->kernel_isa = std::string(kernels::isa_name(kernels::best_table().isa));
         return cached;
       }

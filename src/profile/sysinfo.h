@@ -45,6 +45,9 @@ struct SysInfo {
   // TDPBF16PS (the amx kernel table's bf16 GEMM); nullopt: no AMX-BF16, or
   // the OS does not grant the tile registers.
   std::optional<double> amx_bf16_gflops_per_core;
+  // TDPBSSD (AMX-INT8), which no kernel uses (docs/performance.md, "int8 on
+  // the tile unit"): the machine's int8 peak. nullopt: no AMX-INT8.
+  std::optional<double> amx_int8_gops_per_core;
   std::optional<double> int8_gops_per_core;    // vpdpbusd (AVX512-VNNI); nullopt: the CPU lacks it
 
   int64_t bytes_per_measurement = 0;  // bytes one read measurement streams
@@ -181,6 +184,7 @@ float fma_loop_avx512(int64_t iters, double* ops);
 float dpbf16_loop_avx512(int64_t iters, double* ops);  // needs AVX512-BF16
 int32_t dpbusd_loop_avx512(int64_t iters, double* ops);  // needs AVX512-VNNI
 float tdpbf16_loop_amx(int64_t iters, double* ops);      // needs kernels::Isa::kAmx
+float tdpbssd_loop_amx(int64_t iters, double* ops);      // needs kAmx and amx-int8
 }  // namespace detail
 
 }  // namespace k3::profile

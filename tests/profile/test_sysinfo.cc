@@ -86,6 +86,13 @@ TEST(SysInfo, MeasuresPositiveFiniteNumbers) {
   if (s->amx_bf16_gflops_per_core) {
     EXPECT_TRUE(positive_finite(*s->amx_bf16_gflops_per_core));
   }
+  // The int8 tile peak only with the tiles (and AMX-INT8 among them).
+  if (!s->amx_bf16_gflops_per_core) {
+    EXPECT_FALSE(s->amx_int8_gops_per_core.has_value());
+  }
+  if (s->amx_int8_gops_per_core) {
+    EXPECT_TRUE(positive_finite(*s->amx_int8_gops_per_core));
+  }
 }
 
 TEST(SysInfo, MeasuresEveryThreadCount) {
@@ -263,6 +270,7 @@ SysInfo sample(bool with_low_precision) {
     s.bf16_gflops_per_core = 255.0;
     s.int8_gops_per_core = 810.0;
     s.amx_bf16_gflops_per_core = 3449.5;
+    s.amx_int8_gops_per_core = 6898.25;
   }
   s.bytes_per_measurement = int64_t{256} << 20;
   s.repetitions = 5;
@@ -291,6 +299,7 @@ void expect_same(const SysInfo& a, const SysInfo& b) {
   EXPECT_EQ(a.bf16_gflops_per_core, b.bf16_gflops_per_core);
   EXPECT_EQ(a.int8_gops_per_core, b.int8_gops_per_core);
   EXPECT_EQ(a.amx_bf16_gflops_per_core, b.amx_bf16_gflops_per_core);
+  EXPECT_EQ(a.amx_int8_gops_per_core, b.amx_int8_gops_per_core);
   EXPECT_EQ(a.bytes_per_measurement, b.bytes_per_measurement);
   EXPECT_EQ(a.repetitions, b.repetitions);
   EXPECT_EQ(a.measured_at, b.measured_at);
@@ -304,6 +313,7 @@ TEST(SysInfoJson, RoundTripsThroughText) {
       EXPECT_TRUE(j["bf16_gflops_per_core"].is_null());
       EXPECT_TRUE(j["int8_gops_per_core"].is_null());
       EXPECT_TRUE(j["amx_bf16_gflops_per_core"].is_null());
+      EXPECT_TRUE(j["amx_int8_gops_per_core"].is_null());
     }
     auto back = SysInfo::from_json(nlohmann::json::parse(j.dump()));
     ASSERT_TRUE(back.ok()) << back.status().message();
@@ -311,16 +321,19 @@ TEST(SysInfoJson, RoundTripsThroughText) {
   }
 }
 
-// Caches written before the AMX peak existed still load, without it.
-TEST(SysInfoJson, ReadsACacheWithoutTheAmxPeak) {
-  nlohmann::json j = sample(true).to_json();
-  j.erase("amx_bf16_gflops_per_core");
-  auto back = SysInfo::from_json(j);
-  ASSERT_TRUE(back.ok()) << back.status().message();
-  EXPECT_FALSE(back->amx_bf16_gflops_per_core.has_value());
-  EXPECT_EQ(back->bf16_gflops_per_core, 255.0);
-  j["amx_bf16_gflops_per_core"] = "fast";
-  EXPECT_FALSE(SysInfo::from_json(j).ok());
+// Caches written before the AMX peaks existed still load, without them.
+TEST(SysInfoJson, ReadsACacheWithoutTheAmxPeaks) {
+  for (const char* key : {"amx_bf16_gflops_per_core", "amx_int8_gops_per_core"}) {
+    nlohmann::json j = sample(true).to_json();
+    j.erase(key);
+    auto back = SysInfo::from_json(j);
+    ASSERT_TRUE(back.ok()) << key << ": " << back.status().message();
+    EXPECT_EQ(back->amx_bf16_gflops_per_core.has_value(), std::string(key) != "amx_bf16_gflops_per_core");
+    EXPECT_EQ(back->amx_int8_gops_per_core.has_value(), std::string(key) != "amx_int8_gops_per_core");
+    EXPECT_EQ(back->bf16_gflops_per_core, 255.0);
+    j[key] = "fast";
+    EXPECT_FALSE(SysInfo::from_json(j).ok()) << key;
+  }
 }
 
 TEST(SysInfoJson, RoundTripsAMeasurement) {
@@ -510,6 +523,23 @@ TEST_F(SysInfoCache, EntryThatDoesNotCoverTheRequestIsRemeasured) {
   auto big = load_or_measure_sysinfo(bigger, false);
   ASSERT_TRUE(big.ok());
   EXPECT_EQ(big->bytes_per_measurement, 2 * bigger.bytes_per_array);
+}
+
+// An entry from before a peak existed lacks it: on a CPU that has the unit
+// it is measured again; elsewhere the entry still answers.
+TEST_F(SysInfoCache, EntryMissingAPeakThisCpuHasIsRemeasured) {
+  ASSERT_TRUE(load_or_measure_sysinfo(small_options(1), false).ok());
+  nlohmann::json file = read_file();
+  for (auto& e : file["entries"]) {
+    e.erase("amx_int8_gops_per_core");
+    e["fp32_gflops_per_core"] = kSentinel;
+  }
+  write_file(file.dump());
+  auto s = load_or_measure_sysinfo(small_options(1), false);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const bool has_amx_int8 = kernels::table_for(kernels::Isa::kAmx) != nullptr && __builtin_cpu_supports("amx-int8");
+  EXPECT_EQ(s->fp32_gflops_per_core != kSentinel, has_amx_int8);
+  EXPECT_EQ(s->amx_int8_gops_per_core.has_value(), has_amx_int8);
 }
 
 TEST_F(SysInfoCache, UnwritableCacheStillReturnsAMeasurement) {

@@ -44,6 +44,7 @@ void print_table(const profile::SysInfo& s) {
   std::printf("peak fp32 fma      %.1f GFLOP/s per core, %.1f total (%d threads)\n", s.fp32_gflops_per_core, s.fp32_gflops_total, max_t);
   std::printf("peak bf16 dot      %s\n", optional_text(s.bf16_gflops_per_core, "GFLOP/s").c_str());
   std::printf("peak bf16 amx      %s\n", optional_text(s.amx_bf16_gflops_per_core, "GFLOP/s").c_str());
+  std::printf("peak int8 amx      %s\n", optional_text(s.amx_int8_gops_per_core, "GOP/s").c_str());
   std::printf("peak int8 dot      %s\n", optional_text(s.int8_gops_per_core, "GOP/s").c_str());
   std::printf("measured           %s, %s per read pass, median of %d\n\n", s.measured_at.c_str(), bytes_text(s.bytes_per_measurement).c_str(),
               s.repetitions);

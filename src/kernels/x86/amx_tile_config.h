@@ -5,9 +5,9 @@
 // avx512_util.h.
 #pragma once
 
-#include <immintrin.h>
-
 #include <cstdint>
+
+#include "kernels/x86/avx512_util.h"  // <immintrin.h>, with GCC 12's false warnings off
 
 namespace k3::kernels {
 namespace {

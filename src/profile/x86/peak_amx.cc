@@ -1,6 +1,7 @@
-// The AMX bf16 peak for sysinfo and k3 profile: TDPBF16PS on tiles that stay
-// in the tile registers, the ceiling of the amx kernel table's bf16 GEMM
-// (kernels/x86/avx512_amx.cc). Built with K3_AMX_FLAGS; callers check that
+// The AMX peaks for sysinfo and k3 profile: TDPBF16PS (the ceiling of the
+// amx kernel table's bf16 GEMM, kernels/x86/avx512_amx.cc) and TDPBSSD (the
+// int8 unit no kernel uses: docs/performance.md), on tiles that stay in
+// the tile registers. Built with K3_AMX_FLAGS; callers check that
 // kernels::detect_isa() is kAmx (CPUID and the OS's grant of the tiles).
 #include <immintrin.h>
 
@@ -44,6 +45,40 @@ float tdpbf16_loop_amx(int64_t iters, double* ops) {
   sum += out[0];
   _tile_release();
   *ops = static_cast<double>(iters) * 4 * 16 * 16 * 32 * 2;
+  return sum;
+}
+
+// The same with int8: each TDPBSSD is 16 x 16 x 64 multiply-adds (32768 ops).
+float tdpbssd_loop_amx(int64_t iters, double* ops) {
+  kernels::TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  alignas(64) int8_t ab[1024];
+  for (int8_t& x : ab) x = 1;
+  kernels::load_tile_config(cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 5, 6);
+    _tile_dpbssd(2, 4, 7);
+    _tile_dpbssd(3, 5, 7);
+  }
+  alignas(64) int32_t out[256];
+  _tile_stored(0, out, 64);
+  auto sum = static_cast<float>(out[0]);
+  _tile_stored(3, out, 64);
+  sum += static_cast<float>(out[255]);
+  _tile_release();
+  *ops = static_cast<double>(iters) * 4 * 16 * 16 * 64 * 2;
   return sum;
 }
 
