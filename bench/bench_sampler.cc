@@ -34,10 +34,13 @@ void bm_sample(benchmark::State& state, float temperature, int64_t top_k, float 
   state.SetItemsProcessed(state.iterations());
 }
 
+// clang-format would split the names' "p0.95" into two tokens.
+// clang-format off
 BENCHMARK_CAPTURE(bm_sample, greedy, 0.0f, 0, 1.0f)->Arg(32000)->Arg(152064);
-BENCHMARK_CAPTURE(bm_sample, top_k40_top_p0 .95, 0.8f, 40, 0.95f)->Arg(32000)->Arg(152064);
-BENCHMARK_CAPTURE(bm_sample, top_p0 .95, 0.8f, 0, 0.95f)->Arg(32000)->Arg(152064);
+BENCHMARK_CAPTURE(bm_sample, top_k40_top_p0.95, 0.8f, 40, 0.95f)->Arg(32000)->Arg(152064);
+BENCHMARK_CAPTURE(bm_sample, top_p0.95, 0.8f, 0, 0.95f)->Arg(32000)->Arg(152064);
 BENCHMARK_CAPTURE(bm_sample, full_softmax, 1.0f, 0, 1.0f)->Arg(32000)->Arg(152064);
+// clang-format on
 
 }  // namespace
 
