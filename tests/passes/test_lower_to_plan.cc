@@ -68,8 +68,11 @@ TEST(LowerToPlan, BuildsTheStepGraph) {
     EXPECT_EQ(out.shape, (std::vector<int64_t>{1, kV}));
     EXPECT_EQ(out.row_dim, ir::RowDim::kOutRows);
     // The MatMul's [K, N] weight is stored transposed, [N, K].
-    for (const ir::Node& n : g.nodes())
-      if (n.op == OpKind::kLinear) EXPECT_EQ(g.value(n.inputs[1]).shape, (std::vector<int64_t>{kV, kD}));
+    for (const ir::Node& n : g.nodes()) {
+      if (n.op == OpKind::kLinear) {
+        EXPECT_EQ(g.value(n.inputs[1]).shape, (std::vector<int64_t>{kV, kD}));
+      }
+    }
     for (const char* in : {"tokens", "positions", "slots", "out_rows"}) EXPECT_GE(g.find_value(in), 0) << in;
   }
 }
