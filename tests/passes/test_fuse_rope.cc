@@ -3,6 +3,8 @@
 // split, numerically identical; and one must-not-match test per guard.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "passes/fuse_rope.h"
 #include "passes/fusion_test_util.h"
 
@@ -146,6 +148,9 @@ TEST(FuseRope, SharedTablesServeTwoRotations) {
 struct GuardCase {
   Break brk;
   const char* why;
+  // gtest prints the parameter beside each test's name; without this it
+  // prints the struct's bytes, pointer included, which differ run to run.
+  friend void PrintTo(const GuardCase& c, std::ostream* os) { *os << (*c.why ? c.why : "not a rope"); }
 };
 
 class FuseRopeGuard : public ::testing::TestWithParam<GuardCase> {};

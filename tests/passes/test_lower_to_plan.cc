@@ -3,6 +3,8 @@
 // anything else leaves the graph as it is with a note naming the node.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "passes/fusion_test_util.h"
 #include "passes/lower_to_plan.h"
 
@@ -88,6 +90,9 @@ TEST(LowerToPlan, NoShapeMeansNoLowering) {
 struct Case {
   Variant v;
   const char* note;
+  // gtest prints the parameter beside each test's name; without this it
+  // prints the struct's bytes, pointer included, which differ run to run.
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.note; }
 };
 class LowerToPlanGuard : public ::testing::TestWithParam<Case> {};
 
