@@ -88,7 +88,9 @@ TEST(K3m, RoundTripRunsBitForBitLikeTheCheckpoint) {
   EXPECT_EQ(loaded->shapes.ctx_len, 64);
   // Weights are 64-byte aligned in the mapping.
   for (const ir::Value& v : loaded->decode.values())
-    if (v.kind == ir::ValueKind::kWeight) EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data) % 64, 0u) << v.name;
+    if (v.kind == ir::ValueKind::kWeight) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data) % 64, 0u) << v.name;
+    }
 
   runtime::EngineOptions o;
   o.threads = 2;
@@ -119,7 +121,9 @@ TEST(K3m, MappedAndReadWeightsRunTheSame) {
   auto read = runtime::Engine::load(path, o);
   ASSERT_TRUE(read.ok()) << read.status().message();
   EXPECT_HAS((*mapped)->weights_memory(), "mapped from the .k3m");
-  if (huge_pages_enabled()) EXPECT_HAS((*read)->weights_memory(), "read from the .k3m");
+  if (huge_pages_enabled()) {
+    EXPECT_HAS((*read)->weights_memory(), "read from the .k3m");
+  }
   const std::vector<float> a = run(**mapped), b = run(**read);
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
@@ -160,7 +164,9 @@ TEST(K3m, TruncatedFilesAreErrors) {
     write_bytes(cut, bytes.substr(0, n));
     const std::string err = error_of(cut);
     EXPECT_NE(err, "<loaded>") << n;
-    if (n >= 128) EXPECT_HAS(err, "truncated");
+    if (n >= 128) {
+      EXPECT_HAS(err, "truncated");
+    }
   }
   write_bytes(cut, bytes + "x");
   EXPECT_HAS(error_of(cut), "appended");

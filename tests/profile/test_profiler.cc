@@ -248,8 +248,12 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
     const ComputePrecision want = int8 ? ComputePrecision::kInt8 : ComputePrecision::kBF16;
     int judged = 0;
     for (const NodeStats& n : r.nodes) {
-      if (n.op == ir::OpKind::kMoe) EXPECT_EQ(n.precision, want) << n.name;
-      if (n.op == ir::OpKind::kLayerNorm) EXPECT_EQ(n.precision, ComputePrecision::kF32) << n.name;
+      if (n.op == ir::OpKind::kMoe) {
+        EXPECT_EQ(n.precision, want) << n.name;
+      }
+      if (n.op == ir::OpKind::kLayerNorm) {
+        EXPECT_EQ(n.precision, ComputePrecision::kF32) << n.name;
+      }
       if (n.op != ir::OpKind::kMoe || n.rates.ms <= 0) continue;
       ASSERT_TRUE(n.rates.memory_bound.has_value() && !*n.rates.memory_bound) << n.name;
       EXPECT_NEAR(*n.rates.limit_fraction, n.rates.gflop_per_s / (int8 ? 400.0 : 100.0), 1e-12) << n.name;
@@ -264,7 +268,9 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
     // Without machine limits (--no-limits) the precisions are still the weights'.
     const ProfileReport unjudged = build_report(*run->profiler, MachineLimits{});
     for (const KindStats& k : unjudged.kinds)
-      if (k.op == ir::OpKind::kMoe) EXPECT_EQ(k.precision, want);
+      if (k.op == ir::OpKind::kMoe) {
+        EXPECT_EQ(k.precision, want);
+      }
     EXPECT_EQ(unjudged.main_precision, want);
   }
 }

@@ -114,7 +114,9 @@ TEST(SysInfoLoops, ComputeWhatTheyClaim) {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const bool avx512 = kernels::detect_isa() >= kernels::Isa::kAvx512;
-  if (!avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  if (!avx2) {
+    GTEST_SKIP() << "no AVX2 on this CPU";
+  }
 
   constexpr int64_t kBytes = 4096;  // per stream, a multiple of 512
   std::vector<uint64_t> words(8 * kBytes / 8 + 8);

@@ -126,7 +126,9 @@ TEST(CpuList, ParsesTasksetSyntaxAndChecksEachCpu) {
 // of its own, so the caller's pinning does not outlive the test.
 TEST(ThreadPool, PinsEachThreadToItsCpu) {
   const std::vector<int> allowed = allowed_cpus();
-  if (allowed.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  if (allowed.size() < 2) {
+    GTEST_SKIP() << "needs two CPUs";
+  }
   const std::vector<int> cpus = {allowed[1], allowed[0]};  // not the identity, so the test can fail
   std::thread([&] {
     ThreadPool pool(2, cpus);

@@ -277,7 +277,9 @@ std::string run_case(const fs::path& dir, int opt_level) {
 
 TEST(OnnxConformance, NodeTests) {
   const std::string root = data_dir();
-  if (root.empty()) GTEST_SKIP() << "ONNX node test data not found (install libonnx-testdata)";
+  if (root.empty()) {
+    GTEST_SKIP() << "ONNX node test data not found (install libonnx-testdata)";
+  }
   const std::set<std::string> ops = dialect_ops();
   std::set<std::string> passed_ops;
   int passed = 0, failed = 0, excluded = 0, outside = 0;
