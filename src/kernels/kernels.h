@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace k3::kernels {
@@ -16,6 +17,20 @@ namespace k3::kernels {
 // GEMM on the AMX tile unit (x86/avx512_amx.cc): CPUs with AMX-BF16 and
 // avx512bf16 whose OS grants the process the tile registers.
 enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
+
+// Where the AVX-512 table's streaming GEMM tiles (rows of f32, bf16 and
+// int8 weights) prefetch the weights they read next: into L1 (T0) or into L2
+// (T1). No result depends on it, only speed, and which is faster depends on
+// the core: one thread streaming rows from DRAM ran 10-57% faster into L2
+// on a Zen 4 core, 8-13% slower on a Zen 5 one (docs/performance.md,
+// "Prefetch into L1 or L2"). dispatch.cc picks from CPUID (prefetch_for_cpu);
+// K3_PREFETCH=l1|l2 overrides it.
+enum class Prefetch : uint8_t { kL1 = 0, kL2 = 1 };
+std::string_view prefetch_name(Prefetch p);
+bool parse_prefetch(std::string_view name, Prefetch* p);
+// The level this CPU streams best into: L2 on AMD family 19h (Zen 3 and
+// Zen 4), L1 elsewhere (Zen 5 and the Intel cores measured).
+Prefetch prefetch_for_cpu();
 
 // Largest K gemm_nt_q8 takes (its quantized activations live on the stack).
 inline constexpr int64_t kQ8MaxK = 32768;
@@ -71,6 +86,9 @@ struct ReadNext {
 
 struct KernelTable {
   Isa isa;
+  // The level the streaming tiles prefetch into (the AVX-512 and amx tables
+  // come in both; the others have one, reported as kL1 for scalar).
+  Prefetch prefetch = Prefetch::kL1;
 
   // "NT" matrix product, the shape of every Linear layer (PyTorch [out, in]):
   //   C[m, n] = sum_k A[m, k] * W[n, k]   for 0 <= m < M, n0 <= n < n1
@@ -171,13 +189,22 @@ struct KernelTable {
 
 // The scalar reference table (always available).
 const KernelTable& scalar_table();
-// Table for a given ISA, or nullptr if this CPU (or this build) cannot run it.
+// Table for a given ISA, or nullptr if this CPU (or this build) cannot run it;
+// its prefetch level is the CPU's (prefetch_for_cpu), or K3_PREFETCH's.
 const KernelTable* table_for(Isa isa);
+// The same with the prefetch level given (kernel tests and benchmarks
+// compare the two).
+const KernelTable* table_for(Isa isa, Prefetch prefetch);
 // Best table this CPU supports up to avx512; K3_ISA=scalar|avx2|avx512 in
 // the environment caps it lower (for testing and for comparing paths on one
 // machine), K3_ISA=amx opts in to the amx table where the CPU has it.
 const KernelTable& best_table();
 // Highest ISA the CPU supports, from CPUID.
 Isa detect_isa();
+// The prefetch level of a table that comes in both (avx512, amx: "l1" or
+// "l2"), "" for the others; and the table's name for reports: "avx2",
+// "avx512 (prefetch l2)".
+std::string_view table_prefetch(const KernelTable& t);
+std::string table_label(const KernelTable& t);
 
 }  // namespace k3::kernels

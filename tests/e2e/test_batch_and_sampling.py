@@ -310,6 +310,25 @@ def test_json_fields(k3, checkpoints) -> None:
     assert out["seed"] == SAMPLING["seed"]
     assert isinstance(out["threads"], int) and out["threads"] >= 1
     assert out["isa"] in ("scalar", "avx2", "avx512", "amx")
+    # Only the avx512 and amx tables come with both prefetch levels.
+    assert out["prefetch"] in (("l1", "l2") if out["isa"] in ("avx512", "amx") else (None,))
+
+
+def test_prefetch_level_changes_speed_not_tokens(k3, checkpoints) -> None:
+    """--prefetch l1 and l2 run differently instantiated tiles; the tokens
+    must be the same, greedy and sampled."""
+    path = checkpoints["k3-tiny"]
+    probe = k3.generate(path, PROMPTS, max_new_tokens=1, temperature=0, **ONE)
+    if probe["isa"] not in ("avx512", "amx"):
+        pytest.skip(f"the {probe['isa']} table has one prefetch level")
+    runs = {}
+    for level in ("l1", "l2"):
+        args = k3.generate_args(path, PROMPTS, max_new_tokens=8, **SAMPLING, **ONE) + ["--prefetch", level]
+        res = k3.run(*args)
+        assert res.returncode == 0, res.stderr
+        runs[level] = json.loads(res.stdout)
+        assert runs[level]["prefetch"] == level
+    assert runs["l1"]["generated_ids"] == runs["l2"]["generated_ids"]
 
 
 def test_plain_output_is_one_line_per_prompt(k3, checkpoints) -> None:

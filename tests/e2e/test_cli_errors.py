@@ -294,6 +294,7 @@ def test_prompt_ids_file_bad_line(k3, tiny, tmp_path: Path) -> None:
         pytest.param(["--max-new-tokens", "-5"], ["--max-new-tokens"], id="max-new-neg"),
         pytest.param(["--top-k", "-1"], ["--top-k"], id="top-k-neg"),
         pytest.param(["--isa", "neon"], ["--isa"], id="unknown-isa"),
+        pytest.param(["--prefetch", "l3"], ["--prefetch"], id="unknown-prefetch"),
         pytest.param(["--ctx-size", "-4"], ["--ctx-size"], id="ctx-neg"),
         pytest.param(["--prefill-chunk", "0"], ["--prefill-chunk"], id="prefill-chunk-0"),
         pytest.param(["--max-new-tokens", "ten"], ["--max-new-tokens"], id="max-new-text"),
@@ -413,7 +414,7 @@ def test_init_model_from_config_matches_preset(k3, tiny, tmp_path: Path) -> None
 GENERATE_FLAGS = [
     "--model", "--prompt-ids", "--prompt-ids-file", "--max-new-tokens", "--temperature",
     "--top-k", "--top-p", "--seed", "--threads", "--json", "--dump-logits", "--reference",
-    "--isa", "--ctx-size", "--prefill-chunk",
+    "--isa", "--prefetch", "--ctx-size", "--prefill-chunk",
 ]  # fmt: skip
 INIT_MODEL_FLAGS = ["--preset", "--config", "--seed", "--out", "--dtype"]
 

@@ -68,11 +68,26 @@ uint32_t bits(float x) {
   return u;
 }
 
-class KernelTest : public ::testing::TestWithParam<Isa> {
+// A table to test: the AVX-512 and amx tables come with their streaming
+// tiles prefetching into L1 or into L2 (kernels.h, Prefetch), two sets of
+// instantiated tiles that must both match the reference.
+struct TableCase {
+  Isa isa;
+  Prefetch prefetch;
+  std::string name() const {
+    std::string n(isa_name(isa));
+    return prefetch == Prefetch::kL2 ? n + "_l2" : n;
+  }
+  friend void PrintTo(const TableCase& c, std::ostream* os) { *os << c.name(); }
+};
+
+class KernelTest : public ::testing::TestWithParam<TableCase> {
  protected:
   void SetUp() override {
-    table_ = table_for(GetParam());
-    if (table_ == nullptr) GTEST_SKIP() << isa_name(GetParam()) << " is not supported on this CPU";
+    table_ = table_for(GetParam().isa, GetParam().prefetch);
+    if (table_ == nullptr) {
+      GTEST_SKIP() << isa_name(GetParam().isa) << " is not supported on this CPU";
+    }
   }
   const KernelTable& t() const { return *table_; }
   static const KernelTable& ref() { return scalar_table(); }
@@ -412,7 +427,9 @@ TEST(TileFormat, PackUnpackRoundTripsAndPadsWithZeros) {
         EXPECT_TRUE(std::equal(part.begin(), part.end(), W16.begin() + (N - 2) * K)) << "N=" << N << " K=" << K;
       }
       // A tile is 16 rows of 32 contiguous values: W[n, k] one row of 32 after W[n - 1, k].
-      if (N > 1) EXPECT_EQ(tile_index(1, 0, K) - tile_index(0, 0, K), 32);
+      if (N > 1) {
+        EXPECT_EQ(tile_index(1, 0, K) - tile_index(0, 0, K), 32);
+      }
       size_t zeros = 0, weight_zeros = 0;
       for (uint16_t v : T) zeros += v == 0;
       for (uint16_t v : W16) weight_zeros += v == 0;
@@ -969,8 +986,11 @@ TEST_P(KernelTest, AttendLargeScoresStable) {
   check_attend(t(), q, k, v, len, hd, hd, 100.0f, 5e-6f);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, KernelTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(AllIsas, KernelTest,
+                         ::testing::Values(TableCase{Isa::kScalar, Prefetch::kL1}, TableCase{Isa::kAvx2, Prefetch::kL1},
+                                           TableCase{Isa::kAvx512, Prefetch::kL1}, TableCase{Isa::kAmx, Prefetch::kL1},
+                                           TableCase{Isa::kAvx512, Prefetch::kL2}, TableCase{Isa::kAmx, Prefetch::kL2}),
+                         [](const ::testing::TestParamInfo<TableCase>& info) { return info.param.name(); });
 
 // ---- dispatch --------------------------------------------------------------
 
@@ -995,6 +1015,36 @@ TEST(Dispatch, NamesAndTables) {
     ASSERT_EQ(table != nullptr, runnable) << isa_name(isa);
     if (table != nullptr) {
       EXPECT_EQ(table->isa, isa);
+    }
+  }
+}
+
+// The prefetch level is the CPU's unless K3_PREFETCH says otherwise (the
+// test environment does not set it), and both levels' AVX-512 and amx
+// tables exist, differ and say which they are.
+TEST(Dispatch, PrefetchLevels) {
+  EXPECT_EQ(prefetch_name(Prefetch::kL1), "l1");
+  EXPECT_EQ(prefetch_name(Prefetch::kL2), "l2");
+  Prefetch p = Prefetch::kL1;
+  EXPECT_TRUE(parse_prefetch("l2", &p));
+  EXPECT_EQ(p, Prefetch::kL2);
+  EXPECT_FALSE(parse_prefetch("L3", &p));
+  EXPECT_FALSE(parse_prefetch("", &p));
+  EXPECT_EQ(p, Prefetch::kL2);
+  if (std::getenv("K3_PREFETCH") == nullptr) {
+    EXPECT_EQ(table_for(Isa::kScalar)->prefetch, Prefetch::kL1);
+  }
+  for (Isa isa : {Isa::kAvx512, Isa::kAmx}) {
+    const KernelTable* l1 = table_for(isa, Prefetch::kL1);
+    const KernelTable* l2 = table_for(isa, Prefetch::kL2);
+    if (l1 == nullptr) continue;
+    ASSERT_NE(l2, nullptr);
+    EXPECT_EQ(l1->prefetch, Prefetch::kL1);
+    EXPECT_EQ(l2->prefetch, Prefetch::kL2);
+    EXPECT_NE(l1->gemm_nt, l2->gemm_nt);
+    EXPECT_EQ(l1->isa, l2->isa);
+    if (std::getenv("K3_PREFETCH") == nullptr) {
+      EXPECT_EQ(table_for(isa)->prefetch, prefetch_for_cpu());
     }
   }
 }

@@ -46,7 +46,7 @@ nlohmann::json stat_json(const Stat& s) {
 std::string ablation_table(const BenchResult& r) {
   std::string out = "ablation: " + r.settings.models[0] + " | prompt " + std::to_string(r.settings.prompt_len) +
                     ", generate " + std::to_string(r.settings.gen_len) + ", " + std::to_string(r.threads) +
-                    " threads, " + r.isa + ", medians of " + std::to_string(r.settings.repeat) + " runs\n";
+                    " threads, " + r.kernels + ", medians of " + std::to_string(r.settings.repeat) + " runs\n";
   auto ratio = [](double without, double with) {
     return without < 0 || with <= 0 ? std::string("-") : fmt(without / with, 2) + "x";
   };
@@ -74,8 +74,8 @@ std::string bench_table(const BenchResult& r) {
   out += "model: " + labels[0];
   for (size_t i = 1; i < labels.size(); ++i) out += " vs " + labels[i];
   out += " | prompt " + std::to_string(r.settings.prompt_len) + ", generate " + std::to_string(r.settings.gen_len) +
-         ", " + std::to_string(r.threads) + " threads, " + r.isa + ", medians of " + std::to_string(r.settings.repeat) +
-         " runs\n\n";
+         ", " + std::to_string(r.threads) + " threads, " + r.kernels + ", medians of " +
+         std::to_string(r.settings.repeat) + " runs\n\n";
   for (int64_t batch : r.settings.batches) {
     std::vector<const BenchPoint*> pts;
     for (const auto& p : r.points)
@@ -149,6 +149,7 @@ nlohmann::json bench_json(const BenchResult& r) {
                    {"warmup", r.settings.warmup},
                    {"threads", r.threads},
                    {"isa", r.isa},
+                   {"prefetch", r.prefetch.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.prefetch)},
                    {"temperature", r.settings.sampling.temperature},
                    {"top_k", r.settings.sampling.top_k},
                    {"top_p", r.settings.sampling.top_p},

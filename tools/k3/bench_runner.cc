@@ -112,6 +112,8 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
     note_tiles_off_amx(*loaded[m].engine);
     loaded[m].gen = std::make_unique<runtime::Generator>(*loaded[m].engine);
     result.isa = std::string(kernels::isa_name(loaded[m].engine->kernels().isa));
+    result.prefetch = std::string(kernels::table_prefetch(loaded[m].engine->kernels()));
+    result.kernels = kernels::table_label(loaded[m].engine->kernels());
     result.threads = loaded[m].engine->threads();
   }
 

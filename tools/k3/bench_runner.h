@@ -70,6 +70,8 @@ struct BenchResult {
   BenchSettings settings;
   std::vector<BenchPoint> points;  // label-major, then batch
   std::string isa;
+  std::string prefetch;  // kernels::table_prefetch: "l1", "l2" or "" (no choice)
+  std::string kernels;   // kernels::table_label, for the report's header
   int threads = 0;
 };
 

@@ -22,7 +22,7 @@ struct BenchFlags {
   std::string batches = "1";
   int64_t prompt_len = 128, gen_len = 128;
   int repeat = 5, warmup = 1, threads = 0;
-  std::string cpus, isa;
+  std::string cpus, isa, prefetch;
   float temperature = 0.8f, top_p = 0.95f;
   int64_t top_k = 0;
   int64_t seed = 1;
@@ -136,7 +136,7 @@ int run(const BenchFlags& f) {
   s.warmup = f.warmup;
   s.threads = f.threads;
   s.cpus = f.cpus;
-  auto kt = kernels_for_isa_flag(f.isa);
+  auto kt = kernels_for_isa_flag(f.isa, f.prefetch);
   if (!kt.ok()) return report(kt.status());
   s.kernels = *kt;
   s.sampling.temperature = f.temperature;
@@ -216,7 +216,7 @@ Registered add_bench(CLI::App& app) {
   sub->add_flag("--compare-mmap", f->compare_mmap,
                 "Compare --model (.k3m) with its weights mapped against read into 2 MiB pages (the default)");
   add_mmap_flag(sub, &f->mmap);
-  add_isa_flag(sub, &f->isa);
+  add_isa_flag(sub, &f->isa, &f->prefetch);
   sub->add_flag("--no-sysinfo", f->no_sysinfo, "Do not measure/read machine limits (no bandwidth fraction)");
   sub->add_flag("--no-probe", f->no_probe,
                 "Do not re-measure read bandwidth after each run (the fraction then uses the k3 sysinfo cache)");

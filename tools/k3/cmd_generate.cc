@@ -37,6 +37,7 @@ struct GenerateFlags {
   int64_t ctx_size = 0;
   int64_t prefill_chunk = 128;
   std::string isa;
+  std::string prefetch;
   std::string dump_logits;
   std::string dump_tensors;
   bool reference = false;
@@ -110,7 +111,7 @@ int run_generate(const GenerateFlags& f) {
     eo.prefill_chunk = std::max<int64_t>(eo.prefill_chunk, static_cast<int64_t>(prompts->front().size()));
   eo.reference = f.reference;
   eo.moe_dense = f.moe_dense;
-  auto kt = kernels_for_isa_flag(f.isa);
+  auto kt = kernels_for_isa_flag(f.isa, f.prefetch);
   if (!kt.ok()) return report(kt.status());
   eo.kernels = *kt;
   const auto t_load = std::chrono::steady_clock::now();
@@ -196,6 +197,8 @@ int run_generate(const GenerateFlags& f) {
     j["load_ms"] = load_ms;
     j["threads"] = (*engine)->threads();
     j["isa"] = std::string(kernels::isa_name((*engine)->kernels().isa));
+    const std::string_view prefetch = kernels::table_prefetch((*engine)->kernels());
+    j["prefetch"] = prefetch.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(prefetch));
     j["seed"] = go.sampling.seed;
     if (tokenizer) {
       j["prompt_ids"] = *prompts;
@@ -216,7 +219,7 @@ int run_generate(const GenerateFlags& f) {
     std::fflush(stdout);
     std::fprintf(stderr, "prompt %ld tokens, TTFT %.2f ms, decode %.3f ms/token (%.1f tokens/s), %d threads, %s\n",
                  static_cast<long>(r->prompt_tokens), r->prefill_ms, ms_per_step, tok_s, (*engine)->threads(),
-                 std::string(kernels::isa_name((*engine)->kernels().isa)).c_str());
+                 kernels::table_label((*engine)->kernels()).c_str());
   }
   return 0;
 }
@@ -258,7 +261,7 @@ Registered add_generate(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   sub->add_option("--prefill-chunk", f->prefill_chunk, "Prompt tokens per prefill step")
       ->check(CLI::Range(int64_t{1}, int64_t{8192}));
-  add_isa_flag(sub, &f->isa);
+  add_isa_flag(sub, &f->isa, &f->prefetch);
   sub->add_flag("--moe-dense", f->moe_dense,
                 "Run the article's dense MoE (every expert on every token, masked); for measuring");
   sub->add_flag("--reference", f->reference, "Run the scalar reference ops (slow; for checking)");

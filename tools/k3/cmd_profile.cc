@@ -27,6 +27,7 @@ struct ProfileFlags {
   bool mmap = false;
   int top = 10;
   std::string isa;
+  std::string prefetch;
   std::string trace;
   bool json = false;
   bool no_limits = false;
@@ -93,7 +94,7 @@ int run_profile(const ProfileFlags& f) {
   eo->threads = f.threads;
   eo->cpus = f.cpus;
   eo->mmap = f.mmap;
-  auto kt = kernels_for_isa_flag(f.isa);
+  auto kt = kernels_for_isa_flag(f.isa, f.prefetch);
   if (!kt.ok()) return report(kt.status());
   eo->kernels = *kt;
   // The bandwidth probe is made before the engine: its threads must not
@@ -155,6 +156,7 @@ int run_profile(const ProfileFlags& f) {
   }
 
   const std::string isa(kernels::isa_name(e.kernels().isa));
+  const std::string_view prefetch = kernels::table_prefetch(e.kernels());
   if (f.json) {
     nlohmann::json j = profile::report_json(rep);
     j["model"] = f.model;
@@ -164,6 +166,7 @@ int run_profile(const ProfileFlags& f) {
     j["warmup"] = f.warmup;
     j["threads"] = e.threads();
     j["isa"] = isa;
+    j["prefetch"] = prefetch.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(prefetch));
     j["counters"] = profile::counters_json(run->counters);
     j["unprofiled_step_ms"] = run->unprofiled_step_ms;
     j["allocations_during_steps"] = run->allocations >= 0 ? nlohmann::json(run->allocations) : nlohmann::json(nullptr);
@@ -174,7 +177,7 @@ int run_profile(const ProfileFlags& f) {
   }
   std::printf("k3 profile: %s, %s, batch %ld, context %ld, %d threads, %s kernels, %ld steps after %ld warmup\n",
               f.model.c_str(), f.phase.c_str(), static_cast<long>(f.batch), static_cast<long>(f.context), e.threads(),
-              isa.c_str(), static_cast<long>(f.steps), static_cast<long>(f.warmup));
+              kernels::table_label(e.kernels()).c_str(), static_cast<long>(f.steps), static_cast<long>(f.warmup));
   std::printf("weights %s\n", e.weights_memory().c_str());
   std::printf("%s\n", profile::format_report(rep, f.top).c_str());
   std::printf("%s", profile::format_counters(run->counters).c_str());
@@ -213,7 +216,7 @@ Registered add_profile(CLI::App& app) {
                   "one CPU per thread, --threads defaults to their count");
   add_mmap_flag(sub, &f->mmap);
   sub->add_option("--top", f->top, "Slowest nodes to list")->check(CLI::Range(0, 100000));
-  add_isa_flag(sub, &f->isa);
+  add_isa_flag(sub, &f->isa, &f->prefetch);
   sub->add_option("--trace", f->trace, "Write a Chrome trace-event JSON file (Perfetto, chrome://tracing)");
   sub->add_flag("--json", f->json, "Print one JSON object instead of tables");
   sub->add_flag("--no-limits", f->no_limits, "Skip the machine limits (sysinfo) and the % of limit columns");

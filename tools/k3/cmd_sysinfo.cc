@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "kernels/kernels.h"
 #include "profile/sysinfo.h"
 
 namespace k3::cli {
@@ -38,6 +39,10 @@ void print_table(const profile::SysInfo& s) {
   std::printf("cpu                %s\n", s.cpu.c_str());
   std::printf("hardware threads   %d\n", s.hardware_threads);
   std::printf("simd               kernels use %s; cpu has %s\n", s.kernel_isa.c_str(), s.cpu_isa.c_str());
+  // Not cached with the measurements: K3_PREFETCH can change it per process.
+  if (const std::string_view p = kernels::table_prefetch(kernels::best_table()); !p.empty())
+    std::printf("prefetch           %s (weights streamed by the kernels; --prefetch or K3_PREFETCH=l1|l2 to change)\n",
+                std::string(p).c_str());
   std::printf("caches             L1d %s, L2 %s, L3 %s\n", bytes_text(s.l1d_bytes).c_str(), bytes_text(s.l2_bytes).c_str(),
               bytes_text(s.l3_bytes).c_str());
   const int max_t = s.max_measured_threads();

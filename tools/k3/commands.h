@@ -55,10 +55,12 @@ void add_mmap_flag(CLI::App* sub, bool* mmap);
 // amx: the other tables unpack the tiles and run slower than on rows.
 void note_tiles_off_amx(const runtime::Engine& engine);
 
-// --isa scalar|avx2|avx512|amx, the same in every command that runs a model.
-void add_isa_flag(CLI::App* sub, std::string* isa);
-// The kernel table --isa names: nullptr for "" (the engine's default, the
-// best up to avx512), an error naming the flag if this CPU cannot run it.
-StatusOr<const kernels::KernelTable*> kernels_for_isa_flag(const std::string& isa);
+// --isa scalar|avx2|avx512|amx and --prefetch l1|l2, the same in every
+// command that runs a model.
+void add_isa_flag(CLI::App* sub, std::string* isa, std::string* prefetch);
+// The kernel table --isa and --prefetch name: nullptr when both are "" (the
+// engine's default: the best up to avx512, prefetching where this CPU
+// streams best), an error naming the flag if this CPU cannot run it.
+StatusOr<const kernels::KernelTable*> kernels_for_isa_flag(const std::string& isa, const std::string& prefetch);
 
 }  // namespace k3::cli

@@ -59,17 +59,27 @@ void note_tiles_off_amx(const runtime::Engine& engine) {
   }
 }
 
-void add_isa_flag(CLI::App* sub, std::string* isa) {
+void add_isa_flag(CLI::App* sub, std::string* isa, std::string* prefetch) {
   sub->add_option("--isa", *isa, "Kernel instruction set (default: the best this CPU has up to avx512; amx is opt-in)")
       ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx"}));
+  sub->add_option(
+         "--prefetch", *prefetch,
+         "Where the avx512/amx kernels prefetch the weights they stream: l1 or l2 (default: l2 on AMD Zen 3/4, "
+         "l1 elsewhere, or $K3_PREFETCH; docs/runtime.md)")
+      ->check(CLI::IsMember({"l1", "l2"}));
 }
 
-StatusOr<const kernels::KernelTable*> kernels_for_isa_flag(const std::string& isa) {
-  if (isa.empty()) return static_cast<const kernels::KernelTable*>(nullptr);
-  kernels::Isa want = kernels::Isa::kScalar;
-  if (!kernels::parse_isa(isa, &want)) return invalid_argument("--isa " + isa + " is not an instruction set");
-  const kernels::KernelTable* t = kernels::table_for(want);
-  if (t == nullptr) return invalid_argument("--isa " + isa + " is not supported by this CPU");
+StatusOr<const kernels::KernelTable*> kernels_for_isa_flag(const std::string& isa, const std::string& prefetch) {
+  if (isa.empty() && prefetch.empty()) return static_cast<const kernels::KernelTable*>(nullptr);
+  kernels::Isa want = kernels::best_table().isa;
+  if (!isa.empty() && !kernels::parse_isa(isa, &want))
+    return invalid_argument("--isa " + isa + " is not an instruction set");
+  kernels::Prefetch level = kernels::best_table().prefetch;
+  if (!prefetch.empty() && !kernels::parse_prefetch(prefetch, &level))
+    return invalid_argument("--prefetch " + prefetch + " is not l1 or l2");
+  const kernels::KernelTable* t = prefetch.empty() ? kernels::table_for(want) : kernels::table_for(want, level);
+  if (t == nullptr)
+    return invalid_argument("--isa " + std::string(kernels::isa_name(want)) + " is not supported by this CPU");
   return t;
 }
 

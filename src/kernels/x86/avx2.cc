@@ -878,6 +878,7 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
 
 constexpr KernelTable kTable = {
     .isa = Isa::kAvx2,
+    .prefetch = Prefetch::kL2,  // its row, int8 and panel tiles prefetch with T1
     .gemm_nt = gemm_nt,
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_bf16dot = gemm_nt_bf16dot,

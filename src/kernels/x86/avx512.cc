@@ -105,14 +105,15 @@ inline __m512 load_w_tail(__mmask16 m, const uint16_t* p) {
   return widen_bf16(_mm256_maskz_loadu_epi16(m, p));
 }
 
-template <class WT, int MR, int NR>
+template <class WT, Prefetch P, int MR, int NR>
 void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw, float* C, int64_t ldc, int64_t cs,
                const WT* prefetch) {
   // One 64-byte line of each W row is prefetched per 64 bytes of K consumed,
-  // into L1 (_MM_HINT_T0): on a Zen 5 core that streamed f32 rows 8-13%
-  // faster than into L2 (bench_kernels avx512/gemm_nt_stream, N 1536, K 512,
-  // one thread, medians of 4 rounds in turn: M1 35.1 -> 38.1 GB/s, M8 17.5
-  // -> 19.7; bf16 rows 31.0 -> 33.0 and 17.9 -> 18.6), as it did for int8.
+  // into P's level. Into L1 (_MM_HINT_T0) a Zen 5 core streamed f32 rows
+  // 8-13% faster than into L2 (bench_kernels avx512/gemm_nt_stream, N 1536,
+  // K 512, one thread, medians of 4 rounds in turn: M1 35.1 -> 38.1 GB/s, M8
+  // 17.5 -> 19.7; bf16 rows 31.0 -> 33.0 and 17.9 -> 18.6); a Zen 4 core ran
+  // them 10-57% faster into L2 (docs/performance.md).
   constexpr int64_t kPrefetchMask = 64 / sizeof(WT) - 1;
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
@@ -124,7 +125,7 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
   for (; k + kW <= K; k += kW) {
     if (prefetch != nullptr && (k & kPrefetchMask) == 0) {
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), _MM_HINT_T0);
+      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), kHintOf<P>);
     }
     __m512 w[NR];
 #pragma GCC unroll 8
@@ -155,17 +156,17 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
 template <class WT>
 using GemmTileFn = void (*)(int64_t, const float*, int64_t, const WT*, int64_t, float*, int64_t, int64_t, const WT*);
 
-// kGemmTiles<WT>[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
-template <class WT>
+// kGemmTiles<WT, P>[mr - 1][nr - 1] covers an mr x nr block (edges use the smaller ones).
+template <class WT, Prefetch P>
 constexpr GemmTileFn<WT> kGemmTiles[kGemmMr][kGemmNr] = {
-    {gemm_tile<WT, 1, 1>, gemm_tile<WT, 1, 2>, gemm_tile<WT, 1, 3>, gemm_tile<WT, 1, 4>, gemm_tile<WT, 1, 5>,
-     gemm_tile<WT, 1, 6>},
-    {gemm_tile<WT, 2, 1>, gemm_tile<WT, 2, 2>, gemm_tile<WT, 2, 3>, gemm_tile<WT, 2, 4>, gemm_tile<WT, 2, 5>,
-     gemm_tile<WT, 2, 6>},
-    {gemm_tile<WT, 3, 1>, gemm_tile<WT, 3, 2>, gemm_tile<WT, 3, 3>, gemm_tile<WT, 3, 4>, gemm_tile<WT, 3, 5>,
-     gemm_tile<WT, 3, 6>},
-    {gemm_tile<WT, 4, 1>, gemm_tile<WT, 4, 2>, gemm_tile<WT, 4, 3>, gemm_tile<WT, 4, 4>, gemm_tile<WT, 4, 5>,
-     gemm_tile<WT, 4, 6>},
+    {gemm_tile<WT, P, 1, 1>, gemm_tile<WT, P, 1, 2>, gemm_tile<WT, P, 1, 3>, gemm_tile<WT, P, 1, 4>,
+     gemm_tile<WT, P, 1, 5>, gemm_tile<WT, P, 1, 6>},
+    {gemm_tile<WT, P, 2, 1>, gemm_tile<WT, P, 2, 2>, gemm_tile<WT, P, 2, 3>, gemm_tile<WT, P, 2, 4>,
+     gemm_tile<WT, P, 2, 5>, gemm_tile<WT, P, 2, 6>},
+    {gemm_tile<WT, P, 3, 1>, gemm_tile<WT, P, 3, 2>, gemm_tile<WT, P, 3, 3>, gemm_tile<WT, P, 3, 4>,
+     gemm_tile<WT, P, 3, 5>, gemm_tile<WT, P, 3, 6>},
+    {gemm_tile<WT, P, 4, 1>, gemm_tile<WT, P, 4, 2>, gemm_tile<WT, P, 4, 3>, gemm_tile<WT, P, 4, 4>,
+     gemm_tile<WT, P, 4, 5>, gemm_tile<WT, P, 4, 6>},
 };
 
 // Decode (M <= 8) reads W rows that lie far apart, as the AVX2 table does
@@ -180,27 +181,30 @@ constexpr int64_t kFarMaxM = 8;
 constexpr RowTiling kRowTiling = {
     .max_mr = kGemmMr, .adj_nr = kGemmNr, .far_max_m = kFarMaxM, .far_nr_m2 = 4, .far_nr = 4};
 
-template <class WT>
+template <class WT, Prefetch P>
 void gemm_nt_t(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
                float* C, int64_t ldc) {
   drive_row_tiles(kRowTiling, M, n0, n1, K, A, lda, W, ldw, C, ldc,
-                  [](int64_t mr, int64_t nr) { return kGemmTiles<WT>[mr - 1][nr - 1]; });
+                  [](int64_t mr, int64_t nr) { return kGemmTiles<WT, P>[mr - 1][nr - 1]; });
 }
 
+template <Prefetch P>
 void gemm_nt(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const float* W, int64_t ldw,
              float* C, int64_t ldc) {
-  gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
+  gemm_nt_t<float, P>(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
+template <Prefetch P>
 void gemm_nt_bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                   int64_t ldw, float* C, int64_t ldc) {
-  gemm_nt_t(M, n0, n1, K, A, lda, W, ldw, C, ldc);
+  gemm_nt_t<uint16_t, P>(M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
 // bf16 dot products without vdpbf16ps (x86/bf16dot_round.h).
+template <Prefetch P>
 void gemm_nt_bf16dot(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                      int64_t ldw, float* C, int64_t ldc) {
-  gemm_prepared_chunks<bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>>(
+  gemm_prepared_chunks<bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16<P>>>(
       M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
 
@@ -780,16 +784,18 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 
+template <Prefetch P>
 constexpr KernelTable kTable = {
     .isa = Isa::kAvx512,
-    .gemm_nt = gemm_nt,
-    .gemm_nt_bf16 = gemm_nt_bf16,
-    .gemm_nt_bf16dot = gemm_nt_bf16dot,  // with_features below replaces it
-    .gemm_nt_q8 = gemm_nt_q8_avx2,       // with_features below replaces it
+    .prefetch = P,
+    .gemm_nt = gemm_nt<P>,
+    .gemm_nt_bf16 = gemm_nt_bf16<P>,
+    .gemm_nt_bf16dot = gemm_nt_bf16dot<P>,  // with_features below replaces it
+    .gemm_nt_q8 = gemm_nt_q8_avx2,          // with_features below replaces it
     .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2},
-    .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>},
+    .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16<P>>},
     .bf16dot_tiles_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded,
-                               gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16>>},
+                               gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16<P>>>},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .layernorm = layernorm,
@@ -806,28 +812,34 @@ constexpr KernelTable kTable = {
 // have avx512vnni (without it, as on Skylake-SP, int8 runs the AVX2 kernel),
 // and with the bf16 dot-product GEMM (x86/avx512_bf16.cc) for CPUs that have
 // avx512bf16 (without it, gemm_nt_bf16dot rounds A and widens W).
-constexpr KernelTable with_features(KernelTable t, bool vnni, bool bf16) {
+template <Prefetch P>
+constexpr KernelTable with_features(bool vnni, bool bf16) {
+  KernelTable t = kTable<P>;
   if (vnni) {
-    t.gemm_nt_q8 = gemm_nt_q8_avx512vnni;
-    t.q8_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni};
+    t.gemm_nt_q8 = gemm_nt_q8_avx512vnni<P>;
+    t.q8_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<P>};
   }
   if (bf16) {
-    t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16;
-    t.bf16dot_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_avx512bf16};
+    t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16<P>;
+    t.bf16dot_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16,
+                          gemm_bf16dot_prepared_avx512bf16<P>};
     t.bf16dot_tiles_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16,
-                                gemm_tiles_via_rows<gemm_bf16dot_prepared_avx512bf16>};
+                                gemm_tiles_via_rows<gemm_bf16dot_prepared_avx512bf16<P>>};
   }
   return t;
 }
-constexpr KernelTable kTables[2][2] = {
-    {kTable, with_features(kTable, false, true)},
-    {with_features(kTable, true, false), with_features(kTable, true, true)},
+// kTables[prefetch][vnni][bf16].
+constexpr KernelTable kTables[2][2][2] = {
+    {{with_features<Prefetch::kL1>(false, false), with_features<Prefetch::kL1>(false, true)},
+     {with_features<Prefetch::kL1>(true, false), with_features<Prefetch::kL1>(true, true)}},
+    {{with_features<Prefetch::kL2>(false, false), with_features<Prefetch::kL2>(false, true)},
+     {with_features<Prefetch::kL2>(true, false), with_features<Prefetch::kL2>(true, true)}},
 };
 
 }  // namespace
 
-const KernelTable& avx512_table(bool vnni, bool bf16) {
-  return kTables[vnni ? 1 : 0][bf16 ? 1 : 0];
+const KernelTable& avx512_table(bool vnni, bool bf16, Prefetch prefetch) {
+  return kTables[prefetch == Prefetch::kL2 ? 1 : 0][vnni ? 1 : 0][bf16 ? 1 : 0];
 }
 
 }  // namespace k3::kernels

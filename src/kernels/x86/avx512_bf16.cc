@@ -37,9 +37,8 @@ constexpr int64_t kNr = 4;     // rows of W per tile (16 acc + 4 W + 1 A = 21 zm
 // The tile walk of avx512.cc's gemm_nt: 4 far streams per thread at decode.
 constexpr RowTiling kRowTiling = {.max_mr = kMr, .adj_nr = kNr, .far_max_m = 8, .far_nr_m2 = 4, .far_nr = 4};
 
-// One line of each W row is prefetched per 64 bytes of K consumed, into L1:
-// the int8 tiles (avx512_vnni.cc) showed L1 hints streaming best on Zen 5.
-constexpr auto kHint = _MM_HINT_T0;
+// One line of each W row is prefetched per 64 bytes of K consumed, into the
+// table's level (kernels.h, Prefetch): L1 streamed best on Zen 5, L2 on Zen 4.
 
 inline __m512bh as_bh(__m512i v) {
   return reinterpret_cast<__m512bh&>(v);
@@ -57,7 +56,7 @@ inline int64_t padded_k(int64_t K) {
 
 // C[0..MR, 0..NR) (outputs cs apart) from MR prepared rows (stride lda) and
 // NR bf16 W rows (stride ldw); prefetch, if set, is the next tile's first row.
-template <int MR, int NR>
+template <Prefetch P, int MR, int NR>
 void dot_tile(int64_t K, const uint16_t* A, int64_t lda, const uint16_t* W, int64_t ldw, float* C, int64_t ldc,
               int64_t cs, const uint16_t* prefetch) {
   __m512 acc[MR][NR];
@@ -69,7 +68,7 @@ void dot_tile(int64_t K, const uint16_t* A, int64_t lda, const uint16_t* W, int6
   for (; k + kStep <= K; k += kStep) {
     if (prefetch != nullptr) {
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), kHint);
+      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + k), kHintOf<P>);
     }
     __m512i w[NR];
 #pragma GCC unroll 8
@@ -99,12 +98,13 @@ void dot_tile(int64_t K, const uint16_t* A, int64_t lda, const uint16_t* W, int6
 
 using DotTileFn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t, int64_t,
                            const uint16_t*);
-// kTiles[(mr - 1) * kNr + nr - 1] = dot_tile<mr, nr>.
-template <int... I>
+// kTiles<P>[(mr - 1) * kNr + nr - 1] = dot_tile<P, mr, nr>.
+template <Prefetch P, int... I>
 constexpr auto make_tiles(std::integer_sequence<int, I...>) {
-  return std::array<DotTileFn, sizeof...(I)>{dot_tile<I / kNr + 1, I % kNr + 1>...};
+  return std::array<DotTileFn, sizeof...(I)>{dot_tile<P, I / kNr + 1, I % kNr + 1>...};
 }
-constexpr auto kTiles = make_tiles(std::make_integer_sequence<int, kMr * kNr>{});
+template <Prefetch P>
+constexpr auto kTiles = make_tiles<P>(std::make_integer_sequence<int, kMr * kNr>{});
 
 }  // namespace
 
@@ -130,16 +130,26 @@ void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t ld
     }
   }
 }
+template <Prefetch Pf>
 void gemm_bf16dot_prepared_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                       int64_t ldw, float* C, int64_t ldc) {
   drive_row_tiles(kRowTiling, M, n0, n1, K, reinterpret_cast<const uint16_t*>(P), padded_k(K),
                   static_cast<const uint16_t*>(W), ldw, C, ldc,
-                  [](int64_t mr, int64_t nr) { return kTiles[(mr - 1) * kNr + nr - 1]; });
+                  [](int64_t mr, int64_t nr) { return kTiles<Pf>[(mr - 1) * kNr + nr - 1]; });
 }
+template <Prefetch Pf>
 void gemm_nt_bf16dot_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
                                 const uint16_t* W, int64_t ldw, float* C, int64_t ldc) {
-  gemm_prepared_chunks<bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_avx512bf16>(
+  gemm_prepared_chunks<bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_avx512bf16<Pf>>(
       M, n0, n1, K, A, lda, W, ldw, C, ldc);
 }
+template void gemm_bf16dot_prepared_avx512bf16<Prefetch::kL1>(int64_t, int64_t, int64_t, int64_t, const uint8_t*,
+                                                              const void*, int64_t, float*, int64_t);
+template void gemm_bf16dot_prepared_avx512bf16<Prefetch::kL2>(int64_t, int64_t, int64_t, int64_t, const uint8_t*,
+                                                              const void*, int64_t, float*, int64_t);
+template void gemm_nt_bf16dot_avx512bf16<Prefetch::kL1>(int64_t, int64_t, int64_t, int64_t, const float*, int64_t,
+                                                        const uint16_t*, int64_t, float*, int64_t);
+template void gemm_nt_bf16dot_avx512bf16<Prefetch::kL2>(int64_t, int64_t, int64_t, int64_t, const float*, int64_t,
+                                                        const uint16_t*, int64_t, float*, int64_t);
 
 }  // namespace k3::kernels

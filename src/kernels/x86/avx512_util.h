@@ -14,8 +14,14 @@
 
 #include <cstdint>
 
+#include "kernels/kernels.h"
+
 namespace k3::kernels {
 namespace {
+
+// The _mm_prefetch hint for a Prefetch level (kernels.h).
+template <Prefetch P>
+inline constexpr _mm_hint kHintOf = P == Prefetch::kL2 ? _MM_HINT_T1 : _MM_HINT_T0;
 
 // Lanes [0, n) set, 0 <= n <= 16.
 inline __mmask16 tail_mask(int64_t n) {

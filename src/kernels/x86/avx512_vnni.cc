@@ -36,15 +36,17 @@ namespace {
 constexpr int64_t kFarMaxM = 8;      // as avx512.cc: chunks this small read W rows far apart
 constexpr int64_t kQ8ActBytes = 40;  // per block of a prepared row: 32 int8, f32 scale, int32 offset
 // Decode (far) tiles prefetch each stream 2 rows ahead, and every tile
-// prefetches into L1 (_MM_HINT_T0; prefill tiles fetch the next tile's
-// rows, M32 streamed 4.4 GB/s with either hint).
+// prefetches into the table's level (kernels.h, Prefetch; prefill tiles
+// fetch the next tile's rows, M32 streamed 4.4 GB/s with either hint).
 // With 1 row ahead into L2 (T1) a Zen 5 core streamed int8 rows at 21.5
 // GB/s; T0 alone gave 26.3, T0 and 2 rows 29.9, and no software prefetch
 // 15.7 (bench_kernels avx512/gemm_nt_q8_stream/M1_N1536_K512, one thread,
 // medians of 6 interleaved rounds; M4: 13.0 -> 17.4). A 544-byte int8 row
-// is half a bf16 row, so one row ahead was half as far ahead in bytes.
+// is half a bf16 row, so one row ahead was half as far ahead in bytes. A
+// Zen 4 core, 2 rows ahead, streamed 15.3-17.0 GB/s into L1 and 20.9-21.9
+// into L2 (M4: 11.0-12.7 -> 15.8-18.5); 1, 4 and 8 rows ahead into L2 were
+// within 10% of 2.
 constexpr int64_t kQ8FarAhead = 2;
-constexpr auto kQ8Hint = _MM_HINT_T0;
 
 // A full group of 16 blocks (512 int8 in natural order, as prepare_row_q8
 // rounds them) -> the kQ8 interleave (q8_drive.h, q8_interleave_group): word
@@ -125,7 +127,7 @@ void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
 // MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
 // streams): MR x NR int accumulators + NR W + A + the 0x80 constant in
 // zmm (22 at 4 x 4, 18 at 1 x 8); the f32 sums stay on the stack.
-template <int MR, int NR, bool kPrefetch>
+template <Prefetch P, int MR, int NR, bool kPrefetch>
 void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
                   int64_t ldc, int64_t cs, const uint8_t* prefetch) {
   const int64_t nb = K / 32;
@@ -157,7 +159,7 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           if (kPrefetch)
-            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + t * 64), kQ8Hint);
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + t * 64), kHintOf<P>);
           wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wg + j * row_bytes + t * 64), bias);
         }
 #pragma GCC unroll 8
@@ -172,7 +174,7 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j)
           for (int64_t o = 0; o < 32 * r; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + o), kQ8Hint);
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + o), kHintOf<P>);
       }
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
@@ -190,8 +192,7 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
     }
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
-      if (kPrefetch)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), kQ8Hint);
+      if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), kHintOf<P>);
       const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + K + g * 32));  // f16 scales
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
@@ -217,13 +218,13 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 // avx512/gemm_nt_q8_(hot|stream)/M(8|32|128) (one thread, 3 rounds in turn
 // on the Zen 5 host) rose 10-15% at M 32 and M 128: M32 N1536 K512 streamed
 // 291-345 -> 348-398 GOP/s, M128 N512 K1536 hot 438-454 -> 422-502.
-template <int MR, int NR>
+template <Prefetch P, int MR, int NR>
 void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
              int64_t ldc, int64_t cs, const uint8_t* prefetch) {
   if (prefetch != nullptr)
-    q8_tile_body<MR, NR, true>(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
+    q8_tile_body<P, MR, NR, true>(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
   else
-    q8_tile_body<MR, NR, false>(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
+    q8_tile_body<P, MR, NR, false>(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
 }
 
 // 4 x 4 prefill tiles (16 accumulators, 4 W, A and the 0x80 constant in
@@ -237,12 +238,13 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
 constexpr int kQ8Mr = 4;
 constexpr int kQ8Nr = 4;
 constexpr int kQ8FarNr1 = 8;  // far streams of a one-row (decode) tile
-// kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1] = q8_tile<mr, nr>.
-template <int... I>
+// kQ8Tiles<P>[(mr - 1) * kQ8Nr + nr - 1] = q8_tile<P, mr, nr>.
+template <Prefetch P, int... I>
 constexpr auto make_q8_tiles(std::integer_sequence<int, I...>) {
-  return std::array<Q8TileFn, sizeof...(I)>{q8_tile<I / kQ8Nr + 1, I % kQ8Nr + 1>...};
+  return std::array<Q8TileFn, sizeof...(I)>{q8_tile<P, I / kQ8Nr + 1, I % kQ8Nr + 1>...};
 }
-constexpr auto kQ8Tiles = make_q8_tiles(std::make_integer_sequence<int, kQ8Mr * kQ8Nr>{});
+template <Prefetch P>
+constexpr auto kQ8Tiles = make_q8_tiles<P>(std::make_integer_sequence<int, kQ8Mr * kQ8Nr>{});
 
 constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes, kQ8FarAhead};
 
@@ -256,16 +258,26 @@ int64_t q8_row_bytes_avx512vnni(int64_t K) {
 void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
   prepare_q8_rows(M, K, A, lda, P, kQ8ActBytes, prepare_row_q8);
 }
+template <Prefetch Pf>
 void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                  int64_t /*ldw: implied*/, float* C, int64_t ldc) {
   gemm_q8_drive(kTiling, M, n0, n1, K, P, static_cast<const uint8_t*>(W), C, ldc, [](int64_t mr, int64_t nr) {
-    return nr == kQ8FarNr1 ? Q8TileFn{q8_tile<1, kQ8FarNr1>} : kQ8Tiles[(mr - 1) * kQ8Nr + nr - 1];
+    return nr == kQ8FarNr1 ? Q8TileFn{q8_tile<Pf, 1, kQ8FarNr1>} : kQ8Tiles<Pf>[(mr - 1) * kQ8Nr + nr - 1];
   });
 }
+template <Prefetch Pf>
 void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                            float* C, int64_t ldc) {
-  gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni>(M, n0, n1, K, A,
-                                                                                                    lda, W, 0, C, ldc);
+  gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<Pf>>(
+      M, n0, n1, K, A, lda, W, 0, C, ldc);
 }
+template void gemm_q8_prepared_avx512vnni<Prefetch::kL1>(int64_t, int64_t, int64_t, int64_t, const uint8_t*,
+                                                         const void*, int64_t, float*, int64_t);
+template void gemm_q8_prepared_avx512vnni<Prefetch::kL2>(int64_t, int64_t, int64_t, int64_t, const uint8_t*,
+                                                         const void*, int64_t, float*, int64_t);
+template void gemm_nt_q8_avx512vnni<Prefetch::kL1>(int64_t, int64_t, int64_t, int64_t, const float*, int64_t,
+                                                   const uint8_t*, float*, int64_t);
+template void gemm_nt_q8_avx512vnni<Prefetch::kL2>(int64_t, int64_t, int64_t, int64_t, const float*, int64_t,
+                                                   const uint8_t*, float*, int64_t);
 
 }  // namespace k3::kernels

@@ -11,8 +11,9 @@ namespace k3::kernels {
 const KernelTable& avx2_table();    // defined in x86/avx2.cc   (AVX2 + FMA)
 // defined in x86/avx512.cc (AVX-512 F/BW/DQ/VL); vnni: the CPU also has
 // avx512vnni (dispatch.cc asks CPUID), so int8 runs the VNNI GEMM; bf16: it
-// has avx512bf16, so gemm_nt_bf16dot runs on vdpbf16ps.
-const KernelTable& avx512_table(bool vnni, bool bf16);
+// has avx512bf16, so gemm_nt_bf16dot runs on vdpbf16ps; prefetch: the level
+// its streaming tiles prefetch into (kernels.h, Prefetch).
+const KernelTable& avx512_table(bool vnni, bool bf16, Prefetch prefetch);
 
 // The AVX2 table's int8 GEMM and its PreparedGemm parts (x86/avx2.cc), also
 // the AVX-512 table's on CPUs without VNNI.
@@ -24,10 +25,14 @@ void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const u
                            float* C, int64_t ldc);
 // The AVX-512 BF16 dot-product GEMM and its PreparedGemm parts
 // (x86/avx512_bf16.cc); call only when CPUID reports avx512bf16.
+// The GEMMs are instantiated for both prefetch levels (their tiles'
+// _mm_prefetch hint), in their own translation units.
+template <Prefetch Pf>
 void gemm_nt_bf16dot_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
                                 const uint16_t* W, int64_t ldw, float* C, int64_t ldc);
 int64_t bf16dot_row_bytes_avx512bf16(int64_t K);
 void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+template <Prefetch Pf>
 void gemm_bf16dot_prepared_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                       int64_t ldw, float* C, int64_t ldc);
 // The AMX bf16 dot-product GEMM (x86/avx512_amx.cc), on prepared rows of
@@ -42,10 +47,12 @@ void gemm_bf16dot_tiles_amx(int64_t M, int64_t n0, int64_t n1, int64_t K, const 
                             float* C, int64_t ldc);
 // The AVX-512 VNNI int8 GEMM and its PreparedGemm parts
 // (x86/avx512_vnni.cc); call only when CPUID reports avx512vnni.
+template <Prefetch Pf>
 void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                            float* C, int64_t ldc);
 int64_t q8_row_bytes_avx512vnni(int64_t K);
 void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+template <Prefetch Pf>
 void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                  int64_t ldw, float* C, int64_t ldc);
 
