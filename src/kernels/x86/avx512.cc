@@ -561,7 +561,7 @@ struct OnlineSoftmax {
   // 16 positions: their dot products reduce into one vector of scores by a
   // transpose-add tree (hsum16), so the block takes one max, one exp and
   // one sum instead of four of each per 16 positions.
-  template <bool kPrefetch>
+  template <bool kPrefetch, Prefetch P = Prefetch::kL1>
   void block16(const float* q, const T* k, const T* v, int64_t hd, int64_t stride, float scale) {
     __m512 d[16];
 #pragma GCC unroll 16
@@ -588,12 +588,12 @@ struct OnlineSoftmax {
     l += _mm512_reduce_add_ps(pv);
 #pragma GCC unroll 16
     for (int b = 0; b < 16; ++b) {
-      if constexpr (kPrefetch) {  // K and V of the next block's position b, one per step
+      if constexpr (kPrefetch) {  // K and V of the next block's position b, one per step, into P's level
         constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;
 #pragma GCC unroll 16
         for (int vi = 0; vi < NV; vi += kLineVectors) {
-          _mm_prefetch(reinterpret_cast<const char*>(k + (b + 16) * stride + vi * kW), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(v + (b + 16) * stride + vi * kW), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(k + (b + 16) * stride + vi * kW), kHintOf<P>);
+          _mm_prefetch(reinterpret_cast<const char*>(v + (b + 16) * stride + vi * kW), kHintOf<P>);
         }
       }
       const __m512 vp = _mm512_set1_ps(p[b]);  // a broadcast load, off the shuffle port
@@ -673,7 +673,7 @@ struct OnlineSoftmax {
 // token-by-token decode (Engine.ChunkedPrefillEqualsTokenByToken), so both
 // take this path; a batch-8 bf16 decode step measured the same within noise
 // (k3 bench -b 8: 26.8-27.0 vs 27.1-27.3 ms).
-template <int NV, class T, bool kDense = false>
+template <int NV, class T, bool kDense = false, Prefetch P = Prefetch::kL1>
 void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t row_hd, int64_t row_stride, float scale,
                  float* out) {
   const int64_t hd = kDense ? NV * kW : row_hd, stride = kDense ? NV * kW : row_stride;
@@ -688,7 +688,7 @@ void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t ro
   if constexpr (kDense) {
     for (; j + 16 <= len; j += 16) {
       if (j + 32 <= len)
-        st.template block16<true>(q, k + j * stride, v + j * stride, hd, stride, scale);
+        st.template block16<true, P>(q, k + j * stride, v + j * stride, hd, stride, scale);
       else
         st.template block16<false>(q, k + j * stride, v + j * stride, hd, stride, scale);
     }
@@ -763,16 +763,16 @@ constexpr AttendFn<T> kAttendRegs[] = {
     attend_regs<13, T>, attend_regs<14, T>, attend_regs<15, T>, attend_regs<16, T>,
 };
 constexpr int64_t kMaxRegVectors = 16;
-template <class T>
+template <class T, Prefetch P>
 constexpr AttendFn<T> kAttendDense[] = {
-    attend_regs<1, T, true>, attend_regs<2, T, true>, attend_regs<3, T, true>, attend_regs<4, T, true>,
-    attend_regs<5, T, true>, attend_regs<6, T, true>, attend_regs<7, T, true>, attend_regs<8, T, true>,
+    attend_regs<1, T, true, P>, attend_regs<2, T, true, P>, attend_regs<3, T, true, P>, attend_regs<4, T, true, P>,
+    attend_regs<5, T, true, P>, attend_regs<6, T, true, P>, attend_regs<7, T, true, P>, attend_regs<8, T, true, P>,
 };
 constexpr int64_t kMaxDenseVectors = 8;
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
 // gives zeros, as in the reference.
-template <class T>
+template <class T, Prefetch P>
 void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
                  float* out) {
   if (len == 0) return zero(out, hd);
@@ -780,7 +780,7 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   if (nv == 0) return;
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
   if (nv <= kMaxDenseVectors && hd == nv * kW && stride == hd)
-    return kAttendDense<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
+    return kAttendDense<T, P>[nv - 1](q, k, v, len, hd, stride, scale, out);
   kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 
@@ -804,8 +804,8 @@ constexpr KernelTable kTable = {
     .silu_mul = silu_mul,
     .add = add,
     .axpy = axpy,
-    .attend = attend_rows<float>,
-    .attend_bf16 = attend_rows<uint16_t>,
+    .attend = attend_rows<float, P>,
+    .attend_bf16 = attend_rows<uint16_t, P>,
 };
 
 // The table with the VNNI int8 GEMM (x86/avx512_vnni.cc) for CPUs that
