@@ -61,8 +61,9 @@ Isa isa_cap() {
   return cap;
 }
 
-// AMD family 19h: Zen 3 and Zen 4. Their streaming tiles ran faster with
-// the next weights prefetched into L2 (docs/performance.md, "Prefetch into
+// AMD family 19h: Zen 3 and Zen 4 (only Zen 4 has AVX-512, and was
+// measured). Its streaming tiles ran faster with the next weights
+// prefetched into L2 (docs/performance.md, "Prefetch into
 // L1 or L2"); Zen 5 (family 1Ah) and the Intel cores measured ran faster
 // into L1.
 Prefetch prefetch_uncached() {
