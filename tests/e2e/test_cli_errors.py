@@ -295,6 +295,7 @@ def test_prompt_ids_file_bad_line(k3, tiny, tmp_path: Path) -> None:
         pytest.param(["--top-k", "-1"], ["--top-k"], id="top-k-neg"),
         pytest.param(["--isa", "neon"], ["--isa"], id="unknown-isa"),
         pytest.param(["--prefetch", "l3"], ["--prefetch"], id="unknown-prefetch"),
+        pytest.param(["--isa", "scalar", "--prefetch", "l1"], ["--prefetch"], id="prefetch-without-a-choice"),
         pytest.param(["--ctx-size", "-4"], ["--ctx-size"], id="ctx-neg"),
         pytest.param(["--prefill-chunk", "0"], ["--prefill-chunk"], id="prefill-chunk-0"),
         pytest.param(["--max-new-tokens", "ten"], ["--max-new-tokens"], id="max-new-text"),

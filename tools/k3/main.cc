@@ -74,13 +74,19 @@ StatusOr<const kernels::KernelTable*> kernels_for_isa_flag(const std::string& is
   kernels::Isa want = kernels::best_table().isa;
   if (!isa.empty() && !kernels::parse_isa(isa, &want))
     return invalid_argument("--isa " + isa + " is not an instruction set");
-  kernels::Prefetch level = kernels::best_table().prefetch;
-  if (!prefetch.empty() && !kernels::parse_prefetch(prefetch, &level))
-    return invalid_argument("--prefetch " + prefetch + " is not l1 or l2");
-  const kernels::KernelTable* t = prefetch.empty() ? kernels::table_for(want) : kernels::table_for(want, level);
+  const kernels::KernelTable* t = kernels::table_for(want);
   if (t == nullptr)
     return invalid_argument("--isa " + std::string(kernels::isa_name(want)) + " is not supported by this CPU");
-  return t;
+  if (prefetch.empty()) return t;
+  kernels::Prefetch level = kernels::Prefetch::kL1;
+  if (!kernels::parse_prefetch(prefetch, &level))
+    return invalid_argument("--prefetch " + prefetch + " is not l1 or l2");
+  // Only the avx512 and amx tables are built at both levels; asking another
+  // for one would be silently ignored.
+  if (kernels::table_prefetch(*t).empty())
+    return invalid_argument("--prefetch " + prefetch + ": the " + std::string(kernels::isa_name(want)) +
+                            " kernels have one prefetch level (only avx512 and amx have two)");
+  return kernels::table_for(want, level);
 }
 
 int engine_threads(int threads, const std::string& cpus) {

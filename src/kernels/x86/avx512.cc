@@ -113,7 +113,7 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ldw,
   // 8-13% faster than into L2 (bench_kernels avx512/gemm_nt_stream, N 1536,
   // K 512, one thread, medians of 4 rounds in turn: M1 35.1 -> 38.1 GB/s, M8
   // 17.5 -> 19.7; bf16 rows 31.0 -> 33.0 and 17.9 -> 18.6); a Zen 4 core ran
-  // them 10-57% faster into L2 (docs/performance.md).
+  // them 9-57% faster into L2 (docs/performance.md).
   constexpr int64_t kPrefetchMask = 64 / sizeof(WT) - 1;
   __m512 acc[MR][NR];
 #pragma GCC unroll 8

@@ -3,12 +3,9 @@
 // int8 unit no kernel uses: docs/performance.md), on tiles that stay in
 // the tile registers. Built with K3_AMX_FLAGS; callers check that
 // kernels::detect_isa() is kAmx (CPUID and the OS's grant of the tiles).
-#include <immintrin.h>
-
 #include <cstdint>
-#include <cstring>
 
-#include "kernels/x86/amx_tile_config.h"
+#include "kernels/x86/amx_tile_config.h"  // the intrinsics, via avx512_util.h
 #include "profile/sysinfo.h"
 
 namespace k3::profile::detail {
