@@ -237,7 +237,16 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
 // 6 x 4 had run 132-195 GOP/s and 4 x 3 97-150.)
 constexpr int kQ8Mr = 4;
 constexpr int kQ8Nr = 4;
-constexpr int kQ8FarNr1 = 8;  // far streams of a one-row (decode) tile
+// Far streams of a one-row (decode) tile, per prefetch level. 8 were
+// chosen on 2026-12-02 for the int16 kernel this file had then. With the
+// VNNI tiles and the prefetch into L2, a Zen 4 core streams one row faster
+// with 4 (bench_kernels avx512/gemm_nt_q8_stream/M1_N1536_K512, one thread,
+// 4 rounds in turn: 18.5-20.8 GB/s with 8, 23.6-24.9 with 4, 21.1-22.1
+// with 6; M1_N512_K1536 the same within 5%), and k3-base int8 decode on one
+// thread took 6.5-6.9 ms a step instead of 7.4-7.9 (6 pairs in turn). The
+// L1 level, chosen on Zen 5 and Intel, keeps the 8 it was measured with.
+template <Prefetch P>
+constexpr int kQ8FarNr1 = P == Prefetch::kL2 ? 4 : 8;
 // kQ8Tiles<P>[(mr - 1) * kQ8Nr + nr - 1] = q8_tile<P, mr, nr>.
 template <Prefetch P, int... I>
 constexpr auto make_q8_tiles(std::integer_sequence<int, I...>) {
@@ -246,7 +255,9 @@ constexpr auto make_q8_tiles(std::integer_sequence<int, I...>) {
 template <Prefetch P>
 constexpr auto kQ8Tiles = make_q8_tiles<P>(std::make_integer_sequence<int, kQ8Mr * kQ8Nr>{});
 
-constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes, kQ8FarAhead};
+template <Prefetch P>
+constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1<P>, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes, kQ8FarAhead};
+static_assert(kQ8FarNr1<Prefetch::kL2> <= kQ8Nr, "the L2 level's one-row tile is one of kQ8Tiles");
 
 }  // namespace
 
@@ -261,8 +272,8 @@ void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, ui
 template <Prefetch Pf>
 void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                  int64_t /*ldw: implied*/, float* C, int64_t ldc) {
-  gemm_q8_drive(kTiling, M, n0, n1, K, P, static_cast<const uint8_t*>(W), C, ldc, [](int64_t mr, int64_t nr) {
-    return nr == kQ8FarNr1 ? Q8TileFn{q8_tile<Pf, 1, kQ8FarNr1>} : kQ8Tiles<Pf>[(mr - 1) * kQ8Nr + nr - 1];
+  gemm_q8_drive(kTiling<Pf>, M, n0, n1, K, P, static_cast<const uint8_t*>(W), C, ldc, [](int64_t mr, int64_t nr) {
+    return nr > kQ8Nr ? Q8TileFn{q8_tile<Pf, 1, kQ8FarNr1<Pf>>} : kQ8Tiles<Pf>[(mr - 1) * kQ8Nr + nr - 1];
   });
 }
 template <Prefetch Pf>
