@@ -127,7 +127,9 @@ void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
 // MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
 // streams): MR x NR int accumulators + NR W + A + the 0x80 constant in
 // zmm (22 at 4 x 4, 18 at 1 x 8); the f32 sums stay on the stack.
-template <Prefetch P, int MR, int NR, bool kPrefetch>
+// kOne: K <= 512, a single group, whose scaled sums go straight into the
+// horizontal sums (the same fma onto zero, so the same bits).
+template <Prefetch P, int MR, int NR, bool kPrefetch, bool kOne>
 void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
                   int64_t ldc, int64_t cs, const uint8_t* prefetch) {
   const int64_t nb = K / 32;
@@ -136,10 +138,12 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
   // keeping them in registers next to the integer accumulators spilled
   // inside the group loop.
   alignas(64) float facc[MR][NR][16];
+  if constexpr (!kOne) {
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) _mm512_store_ps(facc[i][j], _mm512_setzero_ps());
+      for (int j = 0; j < NR; ++j) _mm512_store_ps(facc[i][j], _mm512_setzero_ps());
+  }
   for (int64_t g = 0; g * 16 < nb; ++g) {
     const int64_t r = min64(16, nb - g * 16), step = 4 * r;
     const __mmask16 mask = tail_mask(r);
@@ -190,6 +194,22 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
         }
       }
     }
+    if constexpr (kOne) {
+      __m512 f[MR][NR];
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K), kHintOf<P>);
+        const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + K));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m512 sa = _mm512_maskz_loadu_ps(mask, qa + i * qa_stride + K);
+          f[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]), _mm512_setzero_ps());
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) store_hsums(f[i], C + i * ldc, cs);
+      return;
+    }
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), kHintOf<P>);
@@ -211,7 +231,14 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
   }
 }
 
-// The tile with its prefetch decided once per call: tested inside the k
+// The tile with its prefetch, and whether K is a single group, decided once
+// per call. One group (K <= 512: every k3-base matrix but the experts' down
+// projections) skips the stack sums: one thread, K 512 (bench_kernels
+// avx512/gemm_nt_q8_(hot|stream)/M(1|8|32|128)_N1536_K512, 3 rounds in
+// turn, Zen 4) M8 hot 224-227 -> 259-266 GOP/s, M1 hot 114-122 -> 131-136,
+// M128 hot 272-278 -> 290-294; K 1536 the same within noise. (Done with a
+// runtime test inside one body, the same idea was 10% slower.)
+// The prefetch: tested inside the k
 // loop, GCC 12 kept a branch and the prefetch addresses' pointers (spilled
 // to the stack) in every step of the unprefetched tiles too, which are all
 // but the first row tile of a prefill. Templated, bench_kernels
@@ -221,10 +248,11 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 template <Prefetch P, int MR, int NR>
 void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
              int64_t ldc, int64_t cs, const uint8_t* prefetch) {
-  if (prefetch != nullptr)
-    q8_tile_body<P, MR, NR, true>(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
-  else
-    q8_tile_body<P, MR, NR, false>(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
+  const bool one = K <= 512;
+  const Q8TileFn body = prefetch != nullptr
+                            ? (one ? q8_tile_body<P, MR, NR, true, true> : q8_tile_body<P, MR, NR, true, false>)
+                            : (one ? q8_tile_body<P, MR, NR, false, true> : q8_tile_body<P, MR, NR, false, false>);
+  body(K, qa, qa_stride, W, row_bytes, C, ldc, cs, prefetch);
 }
 
 // 4 x 4 prefill tiles (16 accumulators, 4 W, A and the 0x80 constant in
