@@ -235,8 +235,8 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 // per call. One group (K <= 512: every k3-base matrix but the experts' down
 // projections) skips the stack sums: one thread, K 512 (bench_kernels
 // avx512/gemm_nt_q8_(hot|stream)/M(1|8|32|128)_N1536_K512, 3 rounds in
-// turn, Zen 4) M8 hot 224-227 -> 259-266 GOP/s, M1 hot 114-122 -> 131-136,
-// M128 hot 272-278 -> 290-294; K 1536 the same within noise. (Done with a
+// turn, Zen 4) M8 hot 224-227 -> 258-268 GOP/s, M1 hot 111-122 -> 129-137,
+// M128 hot 272-280 -> 290-294; K 1536 the same within noise. (Done with a
 // runtime test inside one body, the same idea was 10% slower.)
 // The prefetch: tested inside the k
 // loop, GCC 12 kept a branch and the prefetch addresses' pointers (spilled
