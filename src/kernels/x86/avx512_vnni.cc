@@ -126,9 +126,10 @@ void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
 
 // MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
 // streams): MR x NR int accumulators + NR W + A + the 0x80 constant in
-// zmm (22 at 4 x 4, 18 at 1 x 8); the f32 sums stay on the stack.
-// kOne: K <= 512, a single group, whose scaled sums go straight into the
-// horizontal sums (the same fma onto zero, so the same bits).
+// zmm (22 at 4 x 4, 18 at 1 x 8); the f32 sums stay on the stack between
+// groups. kOne: K <= 512, a single group, whose scaled sums stay in
+// registers for the horizontal sums (the same fma onto zero, so the same
+// bits).
 template <Prefetch P, int MR, int NR, bool kPrefetch, bool kOne>
 void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t row_bytes, float* C,
                   int64_t ldc, int64_t cs, const uint8_t* prefetch) {
@@ -144,7 +145,9 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) _mm512_store_ps(facc[i][j], _mm512_setzero_ps());
   }
-  for (int64_t g = 0; g * 16 < nb; ++g) {
+  __m512 sums1[MR][NR];  // kOne: the scaled sums, kept in registers
+  const int64_t groups = kOne ? 1 : (nb + 15) / 16;
+  for (int64_t g = 0; g < groups; ++g) {
     const int64_t r = min64(16, nb - g * 16), step = 4 * r;
     const __mmask16 mask = tail_mask(r);
     __m512i acc[MR][NR];
@@ -194,22 +197,6 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
         }
       }
     }
-    if constexpr (kOne) {
-      __m512 f[MR][NR];
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K), kHintOf<P>);
-        const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + K));
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          const __m512 sa = _mm512_maskz_loadu_ps(mask, qa + i * qa_stride + K);
-          f[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]), _mm512_setzero_ps());
-        }
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) store_hsums(f[i], C + i * ldc, cs);
-      return;
-    }
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), kHintOf<P>);
@@ -217,8 +204,12 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 sa = _mm512_maskz_loadu_ps(mask, qa + i * qa_stride + K + g * 64);
-        _mm512_store_ps(facc[i][j], _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]),
-                                                    _mm512_load_ps(facc[i][j])));
+        const __m512 prev = kOne ? _mm512_setzero_ps() : _mm512_load_ps(facc[i][j]);
+        const __m512 sum = _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]), prev);
+        if constexpr (kOne)
+          sums1[i][j] = sum;
+        else
+          _mm512_store_ps(facc[i][j], sum);
       }
     }
   }
@@ -226,7 +217,7 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
   for (int i = 0; i < MR; ++i) {
     __m512 sums[NR];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) sums[j] = _mm512_load_ps(facc[i][j]);
+    for (int j = 0; j < NR; ++j) sums[j] = kOne ? sums1[i][j] : _mm512_load_ps(facc[i][j]);
     store_hsums(sums, C + i * ldc, cs);
   }
 }
@@ -237,7 +228,7 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 // avx512/gemm_nt_q8_(hot|stream)/M(1|8|32|128)_N1536_K512, 3 rounds in
 // turn, Zen 4) M8 hot 224-227 -> 258-268 GOP/s, M1 hot 111-122 -> 129-137,
 // M128 hot 272-280 -> 290-294; K 1536 the same within noise. (Done with a
-// runtime test inside one body, the same idea was 10% slower.)
+// runtime test inside one body, the same idea was 10-20% slower.)
 // The prefetch: tested inside the k
 // loop, GCC 12 kept a branch and the prefetch addresses' pointers (spilled
 // to the stack) in every step of the unprefetched tiles too, which are all
