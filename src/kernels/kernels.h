@@ -22,7 +22,7 @@ enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 // int8 weights) and its decode attention prefetch what they read next: into
 // L1 (T0) or into L2 (T1). No result depends on it, only speed, and which
 // is faster depends on the core: one thread streaming rows from DRAM ran
-// 9-67% faster into L2 on a Zen 4 core, 8-13% slower on a Zen 5 one
+// 9-68% faster into L2 on a Zen 4 core, 8-13% slower on a Zen 5 one
 // (docs/performance.md, "Prefetch into L1 or L2"). dispatch.cc picks from
 // CPUID (prefetch_for_cpu); K3_PREFETCH=l1|l2 overrides it.
 enum class Prefetch : uint8_t { kL1 = 0, kL2 = 1 };
