@@ -306,6 +306,13 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
                                    int64_t{1});
     }
+    // int8 experts of a 128-token prefill get 12-64 rows each: the prefetch
+    // level of q8_drive.h's prefill chunks changes with the W row's length.
+    for (const GemmShape& s : {GemmShape{16, 512, 1536}, GemmShape{48, 1536, 512}}) {
+      const std::string shape = "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_stream" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
+                                   (stream / (s.N * s.K * 4) + 1) * 64 / 17);
+    }
     benchmark::RegisterBenchmark((prefix + "/prepare_q8/M32_K1536").c_str(), bm_prepare, &t->q8_prepared, int64_t{32},
                                  int64_t{1536});
     benchmark::RegisterBenchmark((prefix + "/prepare_bf16dot/M32_K1536").c_str(), bm_prepare, &t->bf16dot_prepared,

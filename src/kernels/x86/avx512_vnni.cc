@@ -275,7 +275,8 @@ template <Prefetch P>
 constexpr auto kQ8Tiles = make_q8_tiles<P>(std::make_integer_sequence<int, kQ8Mr * kQ8Nr>{});
 
 template <Prefetch P>
-constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8FarNr1<P>, kQ8Nr, kQ8Nr, kQ8Nr, kQ8ActBytes, kQ8FarAhead};
+constexpr Q8Tiling kTiling = {kQ8Mr,       kFarMaxM,    kQ8FarNr1<P>,      kQ8Nr, kQ8Nr, kQ8Nr,
+                              kQ8ActBytes, kQ8FarAhead, P == Prefetch::kL2};
 static_assert(kQ8FarNr1<Prefetch::kL2> <= kQ8Nr, "the L2 level's one-row tile is one of kQ8Tiles");
 
 }  // namespace

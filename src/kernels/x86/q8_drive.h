@@ -31,6 +31,7 @@ struct Q8Tiling {
   int64_t adj_nr;               // W rows per adjacent tile, larger chunks
   int64_t act_bytes_per_block;  // bytes of a prepared activation row per block of 32
   int64_t far_ahead;            // far tiles prefetch each stream this many rows ahead
+  bool spread_prefill;          // chunks over far_max_m rows: row tiles prefetch the next tile (gemm_q8_drive)
 };
 
 // The kQ8 layout's interleave (util/quant.h, q8_offset): r consecutive
@@ -40,6 +41,14 @@ inline void q8_interleave_group(const uint8_t* blocks, int64_t r, uint8_t* out) 
   for (int64_t l = 0; l < r; ++l)
     for (int64_t t = 0; t < 8; ++t) __builtin_memcpy(out + t * 4 * r + 4 * l, blocks + 32 * l + 4 * t, 4);
 }
+
+// W rows of at most this many bytes are prefetched into L1 by prefill
+// chunks (gemm_q8_drive), longer ones into L2. One thread on the Zen 4 host
+// (bench_kernels avx512/gemm_nt_q8_stream, 2 rounds in turn, GOP/s), each
+// row tile fetching whole rows of the next W tile: 544-byte rows (K 512) at
+// M 24-64 ran 265-276 into L1 and 225-259 into L2; 1632-byte rows (K 1536)
+// ran 141-192 into L1 at M 12-16 and 213 at M 24, against 227-267 into L2.
+constexpr int64_t kQ8L1PrefetchRowBytes = 1024;
 
 // M rows of A -> their prepared form, row i at qa + i * K / 32 * act_bytes;
 // prepare(a, K, row) does one row in the table's own layout.
@@ -57,12 +66,38 @@ void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t
                    float* C, int64_t ldc, TileFor tile) {
   const int64_t rb = K + K / 32 * 2;  // ir::q8_row_bytes: f16 scales (not included: baseline code)
   const int64_t stride = K / 32 * t.act_bytes_per_block;
-  // Every row tile against nr W rows starting at w; only the first row tile
-  // prefetches, the later ones find the rows in cache.
+  // Chunks of more than far_max_m rows (prefill; all their tiles adjacent):
+  // row tile i fetches rows i, i + ntiles, ... of the next W tile before it
+  // runs, so a tile's rows arrive whole and spread over the row tiles. With
+  // the first row tile fetching all of them among its own loads (as smaller
+  // chunks still do), one thread on the Zen 4 host (bench_kernels
+  // avx512/gemm_nt_q8_stream/M32, 2-4 rounds in turn) ran N1536 K512 at
+  // 236-241 GOP/s, and 205-211 into L1; spread, 270-276 (into L1).
+  // N512 K1536: 250-262 -> 262-270 (into L2). Spreading the rows' lines
+  // evenly over all 8 row tiles instead gave 262-266 and 260-262. The loops
+  // are written out here: as an inline helper taking the level as a bool,
+  // GCC 12 kept only the L2 loop on this path (measured as no prefetch).
+  // Tables whose tiling does not ask for it (the L1 prefetch level, chosen
+  // on Zen 5 and Intel, where the bf16 dot tile measured the burst better;
+  // docs/performance.md) keep the first row tile's burst.
+  const bool spread = t.spread_prefill && M > t.far_max_m;
+  const int64_t ntiles = (M + t.max_mr - 1) / t.max_mr;
+  const bool into_l1 = rb <= kQ8L1PrefetchRowBytes;
+  // Every row tile against nr W rows starting at w; only the first row tiles
+  // prefetch, the later ones find the rows in cache.
   auto row_tiles = [&](int64_t nr, const uint8_t* w, int64_t w_stride, int64_t n, int64_t cs, const uint8_t* next) {
-    for (int64_t m = 0; m < M; m += t.max_mr) {
+    for (int64_t m = 0, i = 0; m < M; m += t.max_mr, ++i) {
       const int64_t mr = M - m < t.max_mr ? M - m : t.max_mr;
-      tile(mr, nr)(K, qa + m * stride, stride, w, w_stride, C + m * ldc + n, ldc, cs, m == 0 ? next : nullptr);
+      if (spread && next != nullptr)
+        for (int64_t j = i; j < nr; j += ntiles) {
+          const uint8_t* p = next + j * rb;
+          if (into_l1)
+            for (int64_t o = 0; o < rb; o += 64) __builtin_prefetch(p + o, 0, 3);
+          else
+            for (int64_t o = 0; o < rb; o += 64) __builtin_prefetch(p + o, 0, 2);
+        }
+      tile(mr, nr)(K, qa + m * stride, stride, w, w_stride, C + m * ldc + n, ldc, cs,
+                   m == 0 && !spread ? next : nullptr);
     }
   };
   int64_t n_adj = n0;
