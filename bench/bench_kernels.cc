@@ -237,8 +237,10 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
 
 // One query head over a [len, hd] K/V cache; copies > 1 rotates through
 // that many caches, so each call reads its cache from memory, as a decode
-// step at batch 8 does (its caches exceed the last-level cache).
-void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd, int64_t copies) {
+// step at batch 8 does (its caches exceed the last-level cache). cached:
+// the table's attend_cached, as a prefill chunk's rows call it.
+void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd, int64_t copies, bool cached) {
+  const auto attend = cached ? t->attend_cached : t->attend;
   const auto q = random_vec(hd), k = replicate(random_vec(len * hd), copies),
              v = replicate(random_vec(len * hd), copies);
   std::vector<float> out(static_cast<size_t>(hd));
@@ -246,7 +248,7 @@ void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64
   int64_t i = 0;
   for (auto _ : state) {
     const int64_t off = (i++ % copies) * len * hd;
-    t->attend(q.data(), k.data() + off, v.data() + off, len, hd, hd, scale, out.data());
+    attend(q.data(), k.data() + off, v.data() + off, len, hd, hd, scale, out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -320,10 +322,13 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark((prefix + "/q8_moe_down/per_chunk").c_str(), bm_q8_moe_down, t, false);
     benchmark::RegisterBenchmark((prefix + "/q8_moe_down/prepared").c_str(), bm_q8_moe_down, t, true);
     for (int64_t len : {128, 1024}) {
-      benchmark::RegisterBenchmark((prefix + "/attend/len" + std::to_string(len) + "_hd64").c_str(), bm_attend, t, len,
-                                   int64_t{64}, int64_t{1});
-      benchmark::RegisterBenchmark((prefix + "/attend_stream/len" + std::to_string(len) + "_hd64").c_str(), bm_attend,
-                                   t, len, int64_t{64}, stream / (2 * len * 64 * 4) + 1);
+      const std::string shape = "/len" + std::to_string(len) + "_hd64";
+      benchmark::RegisterBenchmark((prefix + "/attend" + shape).c_str(), bm_attend, t, len, int64_t{64}, int64_t{1},
+                                   false);
+      benchmark::RegisterBenchmark((prefix + "/attend_cached" + shape).c_str(), bm_attend, t, len, int64_t{64},
+                                   int64_t{1}, true);
+      benchmark::RegisterBenchmark((prefix + "/attend_stream" + shape).c_str(), bm_attend, t, len, int64_t{64},
+                                   stream / (2 * len * 64 * 4) + 1, false);
     }
   }
   benchmark::Initialize(&argc, argv);

@@ -185,6 +185,13 @@ struct KernelTable {
   // on the widened rows up to the summation order.
   void (*attend_bf16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd, int64_t stride,
                       float scale, float* out);
+  // attend and attend_bf16 for rows already in cache (a prefill chunk's,
+  // which the slot's next token read just before): the same bits, without
+  // the software prefetch that a decode step's reads from memory need.
+  void (*attend_cached)(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
+                        float scale, float* out);
+  void (*attend_bf16_cached)(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd,
+                             int64_t stride, float scale, float* out);
 };
 
 // The scalar reference table (always available).

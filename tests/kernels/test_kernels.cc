@@ -916,6 +916,61 @@ TEST_P(KernelTest, AttendMatchesReference) {
     }
 }
 
+// Caches longer than the AVX-512 kernel's 512-position score chunks, with
+// the largest score in a later chunk (which rescales what the first chunk
+// summed) or in the first one.
+TEST_P(KernelTest, AttendMatchesReferenceAcrossScoreChunks) {
+  std::mt19937 rng(21);
+  for (int64_t hd : {64, 128, 80})
+    for (int64_t peak : {int64_t{3}, int64_t{900}}) {
+      const int64_t max_len = 1300;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+      auto k = random_vec(max_len * hd, rng, -2.0f, 2.0f);
+      const auto v = random_vec(max_len * hd, rng);
+      for (int64_t i = 0; i < hd; ++i) k[static_cast<size_t>(peak * hd + i)] = 2.0f * q[static_cast<size_t>(i)];
+      for (int64_t len : {int64_t{511}, int64_t{512}, int64_t{513}, int64_t{1024}, int64_t{1100}, max_len}) {
+        const std::vector<float> kl(k.begin(), k.begin() + len * hd), vl(v.begin(), v.begin() + len * hd);
+        check_attend(t(), q, kl, vl, len, hd, hd, scale, 5e-6f);
+      }
+    }
+}
+
+// attend_cached leaves out only prefetch hints: the same bits as attend,
+// for f32 and bf16 rows, dense (the attention op's) and strided.
+TEST_P(KernelTest, AttendCachedIsAttendBitForBit) {
+  std::mt19937 rng(23);
+  for (int64_t hd : {64, 16, 128, 80})
+    for (int64_t stride : {hd, hd + 5}) {
+      const int64_t max_len = 1100;
+      const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+      const auto k = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng, -2.0f, 2.0f);
+      const auto v = random_vec(static_cast<int64_t>(strided_size(max_len, hd, stride)), rng);
+      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      for (size_t i = 0; i < k.size(); ++i) {
+        k16[i] = f32_to_bf16(k[i]);
+        v16[i] = f32_to_bf16(v[i]);
+      }
+      for (int64_t len : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{100}, int64_t{513}, max_len}) {
+        const size_t size = strided_size(len, hd, stride);
+        const std::vector<float> kl(k.begin(), k.begin() + static_cast<ptrdiff_t>(size));
+        const std::vector<float> vl(v.begin(), v.begin() + static_cast<ptrdiff_t>(size));
+        const std::vector<uint16_t> kl16(k16.begin(), k16.begin() + static_cast<ptrdiff_t>(size));
+        const std::vector<uint16_t> vl16(v16.begin(), v16.begin() + static_cast<ptrdiff_t>(size));
+        std::vector<float> a(static_cast<size_t>(hd), 1.0f), b(static_cast<size_t>(hd), 2.0f);
+        std::vector<float> a16(static_cast<size_t>(hd), 3.0f), b16(static_cast<size_t>(hd), 4.0f);
+        t().attend(q.data(), kl.data(), vl.data(), len, hd, stride, 0.125f, a.data());
+        t().attend_cached(q.data(), kl.data(), vl.data(), len, hd, stride, 0.125f, b.data());
+        t().attend_bf16(q.data(), kl16.data(), vl16.data(), len, hd, stride, 0.125f, a16.data());
+        t().attend_bf16_cached(q.data(), kl16.data(), vl16.data(), len, hd, stride, 0.125f, b16.data());
+        for (size_t i = 0; i < static_cast<size_t>(hd); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << "hd=" << hd << " len=" << len;
+          ASSERT_EQ(std::bit_cast<uint32_t>(a16[i]), std::bit_cast<uint32_t>(b16[i])) << "hd=" << hd << " len=" << len;
+        }
+      }
+    }
+}
+
 // A bf16 cache row is read by widening each value exactly, so attend_bf16
 // over bf16 rows must give, bit for bit, what the same table's attend gives
 // over those rows widened to f32 (and hence match the reference as attend

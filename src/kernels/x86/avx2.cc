@@ -900,6 +900,8 @@ constexpr KernelTable kTable = {
     .axpy = axpy,
     .attend = attend_rows<float>,
     .attend_bf16 = attend_rows<uint16_t>,
+    .attend_cached = attend_rows<float>,  // nothing to leave out: no software prefetch
+    .attend_bf16_cached = attend_rows<uint16_t>,
 };
 
 }  // namespace

@@ -543,8 +543,7 @@ inline __m512 hsum16(const __m512 (&d)[16]) {
 
 // Online softmax for hd <= NV * 16: the running output (unnormalised) lives in
 // NV registers, with the running max `mx` and running sum `l`. Positions are
-// taken in blocks of up to 4 (16 for dense rows: block16) so their dot
-// products overlap; the accumulator is rescaled only when a block raises the
+// taken in blocks of up to 4 so their dot products overlap; the accumulator is rescaled only when a block raises the
 // max (exp(mx - new) <= 1, never overflows), so large scores are as safe as
 // in the two-pass form.
 template <int NV, class T>
@@ -556,51 +555,6 @@ struct OnlineSoftmax {
   // Lanes used in vector `vi` of a row of hd floats.
   static __mmask16 lanes(int vi, int64_t hd) {
     return vi < NV - 1 ? static_cast<__mmask16>(0xFFFF) : tail_mask(hd - (NV - 1) * kW);
-  }
-
-  // 16 positions: their dot products reduce into one vector of scores by a
-  // transpose-add tree (hsum16), so the block takes one max, one exp and
-  // one sum instead of four of each per 16 positions.
-  template <bool kPrefetch, Prefetch P = Prefetch::kL1>
-  void block16(const float* q, const T* k, const T* v, int64_t hd, int64_t stride, float scale) {
-    __m512 d[16];
-#pragma GCC unroll 16
-    for (int b = 0; b < 16; ++b) d[b] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int vi = 0; vi < NV; ++vi) {
-      const __mmask16 m = lanes(vi, hd);
-      const __m512 qv = _mm512_maskz_loadu_ps(m, q + vi * kW);
-#pragma GCC unroll 16
-      for (int b = 0; b < 16; ++b) d[b] = _mm512_fmadd_ps(qv, load_cache(m, k + b * stride + vi * kW), d[b]);
-    }
-    const __m512 sv = _mm512_mul_ps(_mm512_set1_ps(scale), hsum16(d));
-    const float bmax = _mm512_reduce_max_ps(sv);
-    if (bmax > mx) {  // as in block: exp(-inf) clamps to ~1e-38 on the first block
-      const __m512 va = exp_ps(_mm512_set1_ps(mx - bmax));
-#pragma GCC unroll 16
-      for (int vi = 0; vi < NV; ++vi) acc[vi] = _mm512_mul_ps(acc[vi], va);
-      l *= _mm512_cvtss_f32(va);
-      mx = bmax;
-    }
-    alignas(64) float p[16];
-    const __m512 pv = exp_ps(_mm512_sub_ps(sv, _mm512_set1_ps(mx)));
-    _mm512_store_ps(p, pv);
-    l += _mm512_reduce_add_ps(pv);
-#pragma GCC unroll 16
-    for (int b = 0; b < 16; ++b) {
-      if constexpr (kPrefetch) {  // K and V of the next block's position b, one per step, into P's level
-        constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;
-#pragma GCC unroll 16
-        for (int vi = 0; vi < NV; vi += kLineVectors) {
-          _mm_prefetch(reinterpret_cast<const char*>(k + (b + 16) * stride + vi * kW), kHintOf<P>);
-          _mm_prefetch(reinterpret_cast<const char*>(v + (b + 16) * stride + vi * kW), kHintOf<P>);
-        }
-      }
-      const __m512 vp = _mm512_set1_ps(p[b]);  // a broadcast load, off the shuffle port
-#pragma GCC unroll 16
-      for (int vi = 0; vi < NV; ++vi)
-        acc[vi] = _mm512_fmadd_ps(vp, load_cache(lanes(vi, hd), v + b * stride + vi * kW), acc[vi]);
-    }
   }
 
   template <int B>
@@ -659,24 +613,10 @@ struct OnlineSoftmax {
 };
 
 // q: [hd]; k, v: [len, hd] with row stride `stride` (elements of T); out:
-// [hd]; hd <= NV * 16.
-// kDense: rows exactly NV vectors long (stride == hd == NV * 16, as the
-// attention op's cache rows are). Every K and V address in a block is then
-// one base plus a constant (16 positions' rows would otherwise take 16
-// offset registers, which spill), and the positions go 16 per block
-// (OnlineSoftmax::block16). One thread, hd 64 (bench_kernels
-// avx512/attend*, two rounds in turn): with K and V in cache, as for the
-// rows of a prefill chunk, 32-36 -> 52-53 GFLOP/s at len 128 and 1024
-// (dense 4-position blocks: 41-42); streamed from memory, as in decode,
-// 7.5-8.0 -> 7.5-7.7, about 3% slower. Keeping the 4-position blocks for
-// decode alone would break chunked prefill's bit-for-bit equality with
-// token-by-token decode (Engine.ChunkedPrefillEqualsTokenByToken), so both
-// take this path; a batch-8 bf16 decode step measured the same within noise
-// (k3 bench -b 8: 26.8-27.0 vs 27.1-27.3 ms).
-template <int NV, class T, bool kDense = false, Prefetch P = Prefetch::kL1>
-void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t row_hd, int64_t row_stride, float scale,
+// [hd]; hd <= NV * 16. Rows of other lengths than the cache's (attend_dense).
+template <int NV, class T>
+void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
                  float* out) {
-  const int64_t hd = kDense ? NV * kW : row_hd, stride = kDense ? NV * kW : row_stride;
   // One prefetch per 64-byte line: a line holds 16 f32 or 32 bf16 values.
   constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;
   OnlineSoftmax<NV, T> st;
@@ -685,14 +625,6 @@ void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t ro
   st.mx = -__builtin_inff();
   st.l = 0.0f;
   int64_t j = 0;
-  if constexpr (kDense) {
-    for (; j + 16 <= len; j += 16) {
-      if (j + 32 <= len)
-        st.template block16<true, P>(q, k + j * stride, v + j * stride, hd, stride, scale);
-      else
-        st.template block16<false>(q, k + j * stride, v + j * stride, hd, stride, scale);
-    }
-  }
   for (; j + 4 <= len; j += 4) {
     // K and V rows kAttendAhead positions on, into L1: a decode step reads
     // the cache from memory, one K and one V stream per call.
@@ -714,6 +646,130 @@ void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t ro
     _mm512_mask_storeu_ps(out + vi * kW, OnlineSoftmax<NV, T>::lanes(vi, hd), _mm512_div_ps(st.acc[vi], vl));
 }
 
+// Positions per chunk of attend_dense's scores: 2 KiB on the stack.
+constexpr int64_t kScoreChunk = 512;
+
+// Rows exactly NV vectors long (stride == hd == NV * 16, as the attention
+// op's cache rows are), in three passes over chunks of kScoreChunk
+// positions instead of one online pass:
+//   1. s[j] = scale * dot(q, K[j]), 16 positions per transpose-add tree
+//      (hsum16), and their max;
+//   2. s[j] = exp(s[j] - max), 16 at a time, and their sum;
+//   3. acc += s[j] * V[j], in two sets of accumulators (even and odd j)
+//      so the chains of dependent FMAs are half as long.
+// The max is known before any exp, so no block rescales the accumulators
+// or takes a data-dependent branch (only a later chunk with a larger max
+// rescales, once). kPrefetch: passes 1 and 3 fetch the K and the V rows 16
+// positions ahead into P's level (a decode step reads the cache from
+// memory); rows in cache (a prefill chunk's) leave the hints out.
+// One thread, hd 64 (bench_kernels avx512/attend*, 2 rounds in turn,
+// GFLOP/s at len 128 / 1024), against the online softmax this replaced
+// (16-position blocks, hints for both rows 16 ahead in the one pass):
+// in cache, 37.2-37.3 / 36.5-36.6 -> 50.2-50.5 / 52.1-52.2 without hints
+// (37.5 / 39.8 with them); streamed, 10.2-10.3 / 10.8-10.9 -> 10.3 /
+// 11.5-11.6. With V fetched into L2 during pass 1 instead, streaming ran
+// 8.6-9.0 / 9.0-9.2.
+template <int NV, class T, Prefetch P, bool kPrefetch>
+void attend_dense(const float* q, const T* k, const T* v, int64_t len, float scale, float* out) {
+  constexpr int64_t hd = NV * kW;
+  constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;  // a 64-byte line holds 16 f32 or 32 bf16
+  constexpr __mmask16 kAll = 0xFFFF;
+  __m512 qv[NV], acc0[NV], acc1[NV];
+#pragma GCC unroll 8
+  for (int vi = 0; vi < NV; ++vi) {
+    qv[vi] = _mm512_loadu_ps(q + vi * kW);
+    acc0[vi] = _mm512_setzero_ps();
+    acc1[vi] = _mm512_setzero_ps();
+  }
+  float mx = -__builtin_inff();  // running max score
+  float l = 0.0f;                // running sum of exp(s - mx)
+  alignas(64) float s[kScoreChunk];
+  for (int64_t c0 = 0; c0 < len; c0 += kScoreChunk) {
+    const int64_t n = min64(kScoreChunk, len - c0);
+    const T* kc = k + c0 * hd;
+    const T* vc = v + c0 * hd;
+    // 1. Scores and their max.
+    __m512 vmax = _mm512_set1_ps(-__builtin_inff());
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      if (kPrefetch && j + 32 <= n) {
+#pragma GCC unroll 16
+        for (int b = 0; b < 16; ++b)
+#pragma GCC unroll 8
+          for (int vi = 0; vi < NV; vi += kLineVectors) {
+            _mm_prefetch(reinterpret_cast<const char*>(kc + (j + 16 + b) * hd + vi * kW), kHintOf<P>);
+          }
+      }
+      __m512 d[16];
+#pragma GCC unroll 16
+      for (int b = 0; b < 16; ++b) d[b] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi)
+#pragma GCC unroll 16
+        for (int b = 0; b < 16; ++b)
+          d[b] = _mm512_fmadd_ps(qv[vi], load_cache(kAll, kc + (j + b) * hd + vi * kW), d[b]);
+      const __m512 sv = _mm512_mul_ps(_mm512_set1_ps(scale), hsum16(d));
+      _mm512_store_ps(s + j, sv);
+      vmax = _mm512_max_ps(vmax, sv);
+    }
+    float cmax = _mm512_reduce_max_ps(vmax);
+    for (; j < n; ++j) {  // the last n % 16 positions, one at a time
+      __m512 d = _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi) d = _mm512_fmadd_ps(qv[vi], load_cache(kAll, kc + j * hd + vi * kW), d);
+      s[j] = scale * hsum(d);
+      cmax = s[j] > cmax ? s[j] : cmax;
+    }
+    // A larger max than the earlier chunks': rescale what they summed
+    // (exp(mx - cmax) <= 1; on the first chunk mx = -inf clamps to ~1e-38,
+    // harmless as acc and l are still 0).
+    if (cmax > mx) {
+      const __m512 va = exp_ps(_mm512_set1_ps(mx - cmax));
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi) {
+        acc0[vi] = _mm512_mul_ps(acc0[vi], va);
+        acc1[vi] = _mm512_mul_ps(acc1[vi], va);
+      }
+      l *= _mm512_cvtss_f32(va);
+      mx = cmax;
+    }
+    // 2. Weights and their sum.
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = tail_mask(min64(16, n - i));
+      const __m512 pv = _mm512_maskz_mov_ps(m, exp_ps(_mm512_sub_ps(_mm512_load_ps(s + i), vmx)));
+      _mm512_store_ps(s + i, pv);
+      vsum = _mm512_add_ps(vsum, pv);
+    }
+    l += _mm512_reduce_add_ps(vsum);
+    // 3. The weighted sum of V rows.
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+      if (kPrefetch && i + 18 <= n) {
+#pragma GCC unroll 8
+        for (int vi = 0; vi < NV; vi += kLineVectors) {
+          _mm_prefetch(reinterpret_cast<const char*>(vc + (i + 16) * hd + vi * kW), kHintOf<P>);
+          _mm_prefetch(reinterpret_cast<const char*>(vc + (i + 17) * hd + vi * kW), kHintOf<P>);
+        }
+      }
+      const __m512 p0 = _mm512_set1_ps(s[i]), p1 = _mm512_set1_ps(s[i + 1]);
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi) {
+        acc0[vi] = _mm512_fmadd_ps(p0, load_cache(kAll, vc + i * hd + vi * kW), acc0[vi]);
+        acc1[vi] = _mm512_fmadd_ps(p1, load_cache(kAll, vc + (i + 1) * hd + vi * kW), acc1[vi]);
+      }
+    }
+    if (i < n) {
+      const __m512 p0 = _mm512_set1_ps(s[i]);
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi) acc0[vi] = _mm512_fmadd_ps(p0, load_cache(kAll, vc + i * hd + vi * kW), acc0[vi]);
+    }
+  }
+  const __m512 vl = _mm512_set1_ps(l);
+#pragma GCC unroll 8
+  for (int vi = 0; vi < NV; ++vi) _mm512_storeu_ps(out + vi * kW, _mm512_div_ps(_mm512_add_ps(acc0[vi], acc1[vi]), vl));
+}
 // Any hd, len >= 1: the same online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
 template <class T>
@@ -753,6 +809,8 @@ void attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd,
 
 template <class T>
 using AttendFn = void (*)(const float*, const T*, const T*, int64_t, int64_t, int64_t, float, float*);
+template <class T>
+using DenseAttendFn = void (*)(const float*, const T*, const T*, int64_t, float, float*);
 
 // kAttendRegs<T>[nv - 1] handles hd in ((nv - 1) * 16, nv * 16], i.e. up to 256.
 template <class T>
@@ -763,16 +821,19 @@ constexpr AttendFn<T> kAttendRegs[] = {
     attend_regs<13, T>, attend_regs<14, T>, attend_regs<15, T>, attend_regs<16, T>,
 };
 constexpr int64_t kMaxRegVectors = 16;
-template <class T, Prefetch P>
-constexpr AttendFn<T> kAttendDense[] = {
-    attend_regs<1, T, true, P>, attend_regs<2, T, true, P>, attend_regs<3, T, true, P>, attend_regs<4, T, true, P>,
-    attend_regs<5, T, true, P>, attend_regs<6, T, true, P>, attend_regs<7, T, true, P>, attend_regs<8, T, true, P>,
+// kAttendDense<T, P, kPrefetch>[nv - 1]: rows of exactly nv vectors.
+template <class T, Prefetch P, bool kPrefetch>
+constexpr DenseAttendFn<T> kAttendDense[] = {
+    attend_dense<1, T, P, kPrefetch>, attend_dense<2, T, P, kPrefetch>, attend_dense<3, T, P, kPrefetch>,
+    attend_dense<4, T, P, kPrefetch>, attend_dense<5, T, P, kPrefetch>, attend_dense<6, T, P, kPrefetch>,
+    attend_dense<7, T, P, kPrefetch>, attend_dense<8, T, P, kPrefetch>,
 };
 constexpr int64_t kMaxDenseVectors = 8;
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
-// gives zeros, as in the reference.
-template <class T, Prefetch P>
+// gives zeros, as in the reference. kPrefetch: rows read from memory (the
+// table's attend) or in cache (attend_cached); the same bits either way.
+template <class T, Prefetch P, bool kPrefetch>
 void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
                  float* out) {
   if (len == 0) return zero(out, hd);
@@ -780,7 +841,7 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   if (nv == 0) return;
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
   if (nv <= kMaxDenseVectors && hd == nv * kW && stride == hd)
-    return kAttendDense<T, P>[nv - 1](q, k, v, len, hd, stride, scale, out);
+    return kAttendDense<T, P, kPrefetch>[nv - 1](q, k, v, len, scale, out);
   kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 
@@ -804,8 +865,10 @@ constexpr KernelTable kTable = {
     .silu_mul = silu_mul,
     .add = add,
     .axpy = axpy,
-    .attend = attend_rows<float, P>,
-    .attend_bf16 = attend_rows<uint16_t, P>,
+    .attend = attend_rows<float, P, true>,
+    .attend_bf16 = attend_rows<uint16_t, P, true>,
+    .attend_cached = attend_rows<float, P, false>,
+    .attend_bf16_cached = attend_rows<uint16_t, P, false>,
 };
 
 // The table with the VNNI int8 GEMM (x86/avx512_vnni.cc) for CPUs that

@@ -23,13 +23,14 @@ void write_row(const float* src, int64_t hd, uint16_t* dst) {
   for (int64_t i = 0; i < hd; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
-void attend(const kernels::KernelTable* kt, const float* q, const float* k, const float* v, int64_t len, int64_t hd,
-            float scale, float* out) {
-  kt->attend(q, k, v, len, hd, hd, scale, out);
-}
-void attend(const kernels::KernelTable* kt, const float* q, const uint16_t* k, const uint16_t* v, int64_t len,
+// cached: the rows are in cache (kernels.h, attend_cached); the same bits.
+void attend(const kernels::KernelTable* kt, bool cached, const float* q, const float* k, const float* v, int64_t len,
             int64_t hd, float scale, float* out) {
-  kt->attend_bf16(q, k, v, len, hd, hd, scale, out);
+  (cached ? kt->attend_cached : kt->attend)(q, k, v, len, hd, hd, scale, out);
+}
+void attend(const kernels::KernelTable* kt, bool cached, const float* q, const uint16_t* k, const uint16_t* v,
+            int64_t len, int64_t hd, float scale, float* out) {
+  (cached ? kt->attend_bf16_cached : kt->attend_bf16)(q, k, v, len, hd, hd, scale, out);
 }
 
 // Bytes at the start of the next row's K and of its V that a thread
@@ -79,20 +80,23 @@ void run_cached_attention(const OpCall& c) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = n - 1 - r;
       const int64_t t = i / hq, h = i % hq, g = h / group;
-      // This chunk's next row, (token, head) i - 1, unless a later token of
-      // the same slot read its positions just before (rows go last first):
-      // in a prefill chunk they are in cache, and the hints only cost (one
-      // thread, k3-base int8 prefill of 128 tokens, k3 profile --phase
-      // prefill -t 1, 3 rounds in turn: CachedAttention 14.9 -> 10.3 ms
-      // without them).
+      // A row whose positions a later token of the same slot read just
+      // before (rows go last first) finds them in cache, as a prefill
+      // chunk's rows do: prefetch hints only cost there. One thread, k3-base
+      // int8 prefill of 128 tokens (k3 profile --phase prefill -t 1, 3
+      // rounds in turn), CachedAttention: 14.9 -> 10.3 ms without this op's
+      // next-row hints, then 10.5 -> 8.4 ms with the kernel's own left out
+      // (attend_cached).
+      auto in_cache = [&](int64_t tok) { return tok + 1 < rows && slot[tok + 1] == slot[tok]; };
+      // This chunk's next row, (token, head) i - 1.
       const int64_t t1 = (i - 1) / hq;
-      if (r + 1 < e && !(t1 + 1 < rows && slot[t1 + 1] == slot[t1])) {
+      if (r + 1 < e && !in_cache(t1)) {
         const int64_t g1 = (i - 1) % hq / group;
         const int64_t bytes = (pos[t1] + 1) * hd * static_cast<int64_t>(sizeof(T));
         prefetch_start(row(kc, slot[t1], g1), bytes);
         prefetch_start(row(vc, slot[t1], g1), bytes);
       }
-      attend(c.kt, c.in[0].f32() + i * hd, row(kc, slot[t], g), row(vc, slot[t], g), pos[t] + 1, hd, scale,
+      attend(c.kt, in_cache(t), c.in[0].f32() + i * hd, row(kc, slot[t], g), row(vc, slot[t], g), pos[t] + 1, hd, scale,
              c.out[0].f32() + i * hd);
     }
   });
