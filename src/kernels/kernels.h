@@ -176,7 +176,8 @@ struct KernelTable {
   // Attention of one query head over `len` cached positions:
   //   s[j] = scale * dot(q, K[j]),  p = softmax(s),  out = sum_j p[j] * V[j]
   // q: [hd]; K, V: [len, hd] with row stride `stride` floats; out: [hd].
-  // Single pass with an online softmax (no scratch, no allocation).
+  // No allocation: an online softmax, or (AVX-512, rows of the cache's
+  // shape) passes over chunks of scores held on the stack.
   void (*attend)(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
                  float* out);
   // attend over a bf16 cache (k3 compile --kv-dtype bf16): K and V rows

@@ -100,8 +100,8 @@ OpCost op_cost(const ir::Graph& g, const ir::Node& n, const StepCounts& c) {
                      used_bytes(in(4), c) + 2 * kv_row * pos;
       // Output rows plus this step's K and V rows appended to the cache.
       r.bytes_written += 2 * rows_of(in(1), c) * kv_row;
-      // Per query head and attended position: q.k (2*hd), online softmax
-      // (~4), p*v accumulate (2*hd).
+      // Per query head and attended position: q.k (2*hd), softmax (~4),
+      // p*v accumulate (2*hd).
       r.flops = pos * static_cast<double>(hq) * static_cast<double>(4 * hd + 4);
       break;
     }

@@ -770,7 +770,8 @@ void attend_dense(const float* q, const T* k, const T* v, int64_t len, float sca
 #pragma GCC unroll 8
   for (int vi = 0; vi < NV; ++vi) _mm512_storeu_ps(out + vi * kW, _mm512_div_ps(_mm512_add_ps(acc0[vi], acc1[vi]), vl));
 }
-// Any hd, len >= 1: the same online softmax one position at a time,
+
+// Any hd, len >= 1: attend_regs's online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
 template <class T>
 void attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
