@@ -412,7 +412,7 @@ void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const u
                            int64_t /*ldw: implied*/, float* C, int64_t ldc) {
   // Spread prefill prefetch (q8_drive.h): on the Zen 4 host, one thread,
   // avx2/gemm_nt_q8_stream/M32 (3 rounds in turn) ran N1536 K512 at 86-92
-  // GOP/s instead of 82-83, and N512 K1536 at 101-103 against 101-105.
+  // GOP/s instead of 81-84, and N512 K1536 at 101-103 against 101-105.
   constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr, kQ8ActBytes, 1, true};
   gemm_q8_drive(kTiling, M, n0, n1, K, P, static_cast<const uint8_t*>(W), C, ldc,
                 [](int64_t mr, int64_t nr) { return kQ8Tiles[mr - 1][nr - 1]; });

@@ -46,8 +46,9 @@ inline void q8_interleave_group(const uint8_t* blocks, int64_t r, uint8_t* out) 
 // chunks (gemm_q8_drive), longer ones into L2. One thread on the Zen 4 host
 // (bench_kernels avx512/gemm_nt_q8_stream, 2 rounds in turn, GOP/s), each
 // row tile fetching whole rows of the next W tile: 544-byte rows (K 512) at
-// M 24-64 ran 265-276 into L1 and 225-259 into L2; 1632-byte rows (K 1536)
-// ran 141-192 into L1 at M 12-16 and 213 at M 24, against 227-267 into L2.
+// M 24-56 ran 265-276 into L1 and 225-256 into L2 (M 64: 247-270 against
+// 254-261); 1632-byte rows (K 1536) ran 141-192 into L1 at M 12-16 and 213
+// at M 24, against 227-267 into L2.
 constexpr int64_t kQ8L1PrefetchRowBytes = 1024;
 
 // M rows of A -> their prepared form, row i at qa + i * K / 32 * act_bytes;
@@ -72,8 +73,8 @@ void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t
   // the first row tile fetching all of them among its own loads (as smaller
   // chunks still do), one thread on the Zen 4 host (bench_kernels
   // avx512/gemm_nt_q8_stream/M32, 2-4 rounds in turn) ran N1536 K512 at
-  // 236-241 GOP/s, and 205-211 into L1; spread, 270-276 (into L1).
-  // N512 K1536: 250-262 -> 262-270 (into L2). Spreading the rows' lines
+  // 222-241 GOP/s, and 208-211 into L1; spread, 270-286 (into L1).
+  // N512 K1536: 246-262 -> 262-270 (into L2). Spreading the rows' lines
   // evenly over all 8 row tiles instead gave 262-266 and 260-262. The loops
   // are written out here: as an inline helper taking the level as a bool,
   // GCC 12 kept only the L2 loop on this path (measured as no prefetch).
