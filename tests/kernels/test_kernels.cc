@@ -635,23 +635,28 @@ TEST_P(KernelTest, GemmQ8RoundsActivationsExactlyLikeTheReference) {
 // whatever rows share the call (it used to be rounded to int16 as -32768 in
 // the SIMD table, and was undefined behaviour in the reference), and leaves
 // the other rows' bits alone.
+// K 96 is one partial group; K 544 a full group of 16 blocks (rounded 16
+// at a time by the VNNI table), then a partial one.
 TEST_P(KernelTest, GemmQ8NonFiniteActivationGivesNaNRow) {
   std::mt19937 rng(7);
-  const int64_t M = 4, K = 96, N = 9;
-  auto A = random_vec(M * K, rng);
-  A[1 * K + 37] = std::nanf("");
-  A[2 * K + 95] = std::numeric_limits<float>::infinity();
-  A[3 * K + 0] = -std::numeric_limits<float>::infinity();
-  const auto Q = quantize(random_vec(N * K, rng), N, K);
-  for (const KernelTable* table : {&t(), &ref()}) {
-    std::vector<float> C(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
-    table->gemm_nt_q8(M, 0, N, K, A.data(), K, Q.data(), C.data(), N);
-    table->gemm_nt_q8(1, 0, N, K, A.data(), K, Q.data(), alone.data(), N);
-    for (int64_t n = 0; n < N; ++n) {
-      ASSERT_TRUE(std::isfinite(C[static_cast<size_t>(n)])) << isa_name(table->isa) << " n " << n;
-      ASSERT_EQ(bits(C[static_cast<size_t>(n)]), bits(alone[static_cast<size_t>(n)])) << isa_name(table->isa);
-      for (int64_t m = 1; m < M; ++m)
-        ASSERT_TRUE(std::isnan(C[static_cast<size_t>(m * N + n)])) << isa_name(table->isa) << " m " << m << " n " << n;
+  for (const int64_t K : {int64_t{96}, int64_t{544}}) {
+    const int64_t M = 4, N = 9;
+    auto A = random_vec(M * K, rng);
+    A[1 * K + 37] = std::nanf("");
+    A[2 * K + 95] = std::numeric_limits<float>::infinity();
+    A[3 * K + 0] = -std::numeric_limits<float>::infinity();
+    const auto Q = quantize(random_vec(N * K, rng), N, K);
+    for (const KernelTable* table : {&t(), &ref()}) {
+      std::vector<float> C(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
+      table->gemm_nt_q8(M, 0, N, K, A.data(), K, Q.data(), C.data(), N);
+      table->gemm_nt_q8(1, 0, N, K, A.data(), K, Q.data(), alone.data(), N);
+      for (int64_t n = 0; n < N; ++n) {
+        ASSERT_TRUE(std::isfinite(C[static_cast<size_t>(n)])) << isa_name(table->isa) << " n " << n;
+        ASSERT_EQ(bits(C[static_cast<size_t>(n)]), bits(alone[static_cast<size_t>(n)])) << isa_name(table->isa);
+        for (int64_t m = 1; m < M; ++m)
+          ASSERT_TRUE(std::isnan(C[static_cast<size_t>(m * N + n)]))
+              << isa_name(table->isa) << " K " << K << " m " << m << " n " << n;
+      }
     }
   }
 }
