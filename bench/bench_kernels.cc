@@ -259,7 +259,14 @@ void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64
 
 struct GemmShape {
   int64_t M, N, K;
+  std::string name() const { return "/M" + std::to_string(M) + "_N" + std::to_string(N) + "_K" + std::to_string(K); }
 };
+
+// The int8 GEMM over enough copies of W that each call reads it from memory.
+void register_q8_stream(const std::string& prefix, const KernelTable* t, const GemmShape& s, int64_t stream) {
+  benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_stream" + s.name()).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
+                               (stream / (s.N * s.K * 4) + 1) * 64 / 17);
+}
 
 }  // namespace
 
@@ -277,7 +284,7 @@ int main(int argc, char** argv) {
     if (t == nullptr) continue;
     const std::string prefix(k3::kernels::isa_name(isa));
     for (const GemmShape& s : shapes) {
-      const std::string shape = "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
+      const std::string shape = s.name();
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_hot" + shape).c_str(), bm_gemm, t, s.M, s.N, s.K, int64_t{1});
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16_hot" + shape).c_str(), bm_gemm_bf16, t, s.M, s.N, s.K,
                                    int64_t{1}, false);
@@ -302,19 +309,15 @@ int main(int argc, char** argv) {
                                      copies, false);
         benchmark::RegisterBenchmark((prefix + "/gemm_nt_bf16p16_stream" + shape).c_str(), bm_gemm_panels, t, s.M, s.N,
                                      s.K, copies * 2, true);
-        benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_stream" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
-                                     copies * 64 / 17);
+        register_q8_stream(prefix, t, s, stream);
       }
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
                                    int64_t{1});
     }
     // int8 experts of a 128-token prefill get 12-64 rows each: the prefetch
     // level of q8_drive.h's prefill chunks changes with the W row's length.
-    for (const GemmShape& s : {GemmShape{16, 512, 1536}, GemmShape{48, 1536, 512}}) {
-      const std::string shape = "/M" + std::to_string(s.M) + "_N" + std::to_string(s.N) + "_K" + std::to_string(s.K);
-      benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_stream" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
-                                   (stream / (s.N * s.K * 4) + 1) * 64 / 17);
-    }
+    for (const GemmShape& s : {GemmShape{16, 512, 1536}, GemmShape{48, 1536, 512}})
+      register_q8_stream(prefix, t, s, stream);
     benchmark::RegisterBenchmark((prefix + "/prepare_q8/M32_K1536").c_str(), bm_prepare, &t->q8_prepared, int64_t{32},
                                  int64_t{1536});
     benchmark::RegisterBenchmark((prefix + "/prepare_bf16dot/M32_K1536").c_str(), bm_prepare, &t->bf16dot_prepared,

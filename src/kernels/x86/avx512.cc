@@ -543,9 +543,9 @@ inline __m512 hsum16(const __m512 (&d)[16]) {
 
 // Online softmax for hd <= NV * 16: the running output (unnormalised) lives in
 // NV registers, with the running max `mx` and running sum `l`. Positions are
-// taken in blocks of up to 4 so their dot products overlap; the accumulator is rescaled only when a block raises the
-// max (exp(mx - new) <= 1, never overflows), so large scores are as safe as
-// in the two-pass form.
+// taken in blocks of up to 4 so their dot products overlap; the accumulator
+// is rescaled only when a block raises the max (exp(mx - new) <= 1, never
+// overflows), so large scores are as safe as in attend_dense's passes.
 template <int NV, class T>
 struct OnlineSoftmax {
   __m512 acc[NV];
@@ -696,9 +696,8 @@ void attend_dense(const float* q, const T* k, const T* v, int64_t len, float sca
 #pragma GCC unroll 16
         for (int b = 0; b < 16; ++b)
 #pragma GCC unroll 8
-          for (int vi = 0; vi < NV; vi += kLineVectors) {
+          for (int vi = 0; vi < NV; vi += kLineVectors)
             _mm_prefetch(reinterpret_cast<const char*>(kc + (j + 16 + b) * hd + vi * kW), kHintOf<P>);
-          }
       }
       __m512 d[16];
 #pragma GCC unroll 16

@@ -100,23 +100,29 @@ inline __m512i max16_epu32(const __m512i (&d)[16]) {
   return _mm512_max_epu32(_mm512_shuffle_i32x4(u01, u23, 0x88), _mm512_shuffle_i32x4(u01, u23, 0xDD));
 }
 
-// A full group of 16 blocks (512 values at a) -> its 512 interleaved int8
-// (out), 16 scales (qs) and 16 offsets (qc), the bits prepare_row_q8's
-// block at a time gives, with the per-block reductions done 16 at once:
-// the largest |x| as the unsigned max of the sign-cleared bits (for
-// non-negative floats the same order; NaN and inf are the patterns from
-// 0x7f800000 up, so the same max flags them), and each block's sum as
-// vpdpbusd of the interleaved bytes against ones (lane l holds block l's
-// bytes in every 64-byte step). One thread, bench_kernels
-// avx512/prepare_q8/M32_K1536, 3 rounds in turn beside a build on the
-// other core: 14.6-17.1 -> 8.9-11.1 us.
-inline void prepare_group16_q8(const float* a, uint8_t* out, float* qs, int32_t* qc) {
+// One group of r <= 16 blocks (32 r values at a) -> its 32 r interleaved
+// int8 (out), r scales (qs) and r offsets (qc), rounded as
+// util/quant.h's quantize_a8_row does, with the per-block reductions done
+// for the whole group at once: the largest |x| as the unsigned max of the
+// sign-cleared bits (for non-negative floats the same order; NaN and inf
+// are the patterns from 0x7f800000 up, so the same max flags them), and
+// each block's sum as vpdpbusd of the interleaved bytes against ones (lane
+// l holds block l's bytes in every step of 4 r bytes). One thread,
+// bench_kernels avx512/prepare_q8/M32_K1536, 3 rounds in turn, against a
+// reduction chain per block: 10.8 -> 6.6-6.7 us (14.6-17.1 -> 8.9-11.1
+// beside a build on the other core). kFull: r is 16 at compile time; with
+// r known only at run time the full groups took 6.8 us.
+template <bool kFull>
+void prepare_group_q8(const float* a, int64_t group_blocks, uint8_t* out, float* qs, int32_t* qc) {
+  const int64_t r = kFull ? 16 : group_blocks;
+  const __mmask16 lanes = tail_mask(r);
   const __m512i sign_off = _mm512_set1_epi32(0x7fffffff);
   __m512i m[16];
 #pragma GCC unroll 16
-  for (int l = 0; l < 16; ++l)
-    m[l] = _mm512_max_epu32(_mm512_and_si512(_mm512_loadu_si512(a + l * 32), sign_off),
-                            _mm512_and_si512(_mm512_loadu_si512(a + l * 32 + 16), sign_off));
+  for (int l = 0; l < 16; ++l)  // blocks past r: 0, which counts as tiny below
+    m[l] = l < r ? _mm512_max_epu32(_mm512_and_si512(_mm512_loadu_si512(a + l * 32), sign_off),
+                                    _mm512_and_si512(_mm512_loadu_si512(a + l * 32 + 16), sign_off))
+                 : _mm512_setzero_si512();
   const __m512i amax_bits = max16_epu32(m);
   const __m512 amax = _mm512_castsi512_ps(amax_bits);
   const __mmask16 bad = _mm512_cmpge_epu32_mask(amax_bits, _mm512_set1_epi32(0x7f800000));
@@ -125,13 +131,13 @@ inline void prepare_group16_q8(const float* a, uint8_t* out, float* qs, int32_t*
       _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(~bad), amax, _mm512_set1_ps(0x1p-100f), _CMP_LT_OQ);
   const __mmask16 ok = static_cast<__mmask16>(~(bad | tiny));
   const __m512 c127 = _mm512_set1_ps(127.0f);
-  _mm512_storeu_ps(qs,
-                   _mm512_mask_mov_ps(_mm512_maskz_div_ps(ok, amax, c127), bad, _mm512_set1_ps(__builtin_nanf(""))));
+  _mm512_mask_storeu_ps(
+      qs, lanes, _mm512_mask_mov_ps(_mm512_maskz_div_ps(ok, amax, c127), bad, _mm512_set1_ps(__builtin_nanf(""))));
   alignas(64) float inv[16];
   _mm512_store_ps(inv, _mm512_maskz_div_ps(ok, c127, amax));
   alignas(64) uint8_t blocks[512];
 #pragma GCC unroll 2
-  for (int l = 0; l < 16; ++l) {
+  for (int l = 0; l < r; ++l) {
     __m128i b0 = _mm_setzero_si128(), b1 = _mm_setzero_si128();
     if ((ok >> l) & 1) {
       const __m512 vinv = _mm512_set1_ps(inv[l]);
@@ -142,56 +148,29 @@ inline void prepare_group16_q8(const float* a, uint8_t* out, float* qs, int32_t*
     _mm_store_si128(reinterpret_cast<__m128i*>(blocks + l * 32), b0);
     _mm_store_si128(reinterpret_cast<__m128i*>(blocks + l * 32 + 16), b1);
   }
-  q8_interleave_group16(blocks, out);
+  if (kFull)
+    q8_interleave_group16(blocks, out);
+  else
+    q8_interleave_group(blocks, r, out);
   const __m512i ones = _mm512_set1_epi8(1);
   __m512i sum = _mm512_setzero_si512();
 #pragma GCC unroll 8
-  for (int t = 0; t < 8; ++t) sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(out + 64 * t));
-  _mm512_storeu_si512(qc, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));  // -128 * sum
+  for (int t = 0; t < 8; ++t) sum = _mm512_dpbusd_epi32(sum, ones, _mm512_maskz_loadu_epi32(lanes, out + 4 * r * t));
+  _mm512_mask_storeu_epi32(qc, lanes,
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));  // -128 * sum
 }
 
 // One row of A -> its prepared form: K int8 in the weights' interleaved
-// order, then K/32 f32 scales, then K/32 int32 offsets (-128 * block sum).
-// Full groups go 16 blocks at once (prepare_group16_q8); a last partial
-// group's blocks are rounded in natural order into a group buffer, then
-// interleaved.
+// order, then K/32 f32 scales, then K/32 int32 offsets (-128 * block sum),
+// a group of up to 16 blocks at a time.
 void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
-  const __m512 inf = _mm512_set1_ps(__builtin_inff());
   const int64_t nb = K / 32;
   float* qs = reinterpret_cast<float*>(out + K);
   int32_t* qc = reinterpret_cast<int32_t*>(out + K + nb * 4);
-  alignas(64) uint8_t blocks[512];
   for (int64_t g = 0; g * 16 < nb; ++g) {
     const int64_t r = min64(16, nb - g * 16);
-    if (r == 16) {
-      prepare_group16_q8(a + g * 512, out + g * 512, qs + g * 16, qc + g * 16);
-      continue;
-    }
-    for (int64_t l = 0; l < r; ++l) {
-      const int64_t b = g * 16 + l;
-      const __m512 x0 = _mm512_loadu_ps(a + b * 32), x1 = _mm512_loadu_ps(a + b * 32 + 16);
-      const __m512 ax0 = _mm512_abs_ps(x0), ax1 = _mm512_abs_ps(x1);
-      // NaN or inf anywhere in the block: scale NaN, q 0 (util/quant.h). The
-      // unordered compare is true for NaN, >= for inf.
-      const __mmask16 bad = _mm512_cmp_ps_mask(ax0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(ax1, inf, _CMP_NLT_UQ);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(ax0, ax1));
-      const bool zero = amax < 0x1p-100f;  // counts as all zero (util/quant.h, quantize_a8_row)
-      if (bad != 0 || zero) [[unlikely]] {
-        qs[b] = zero ? 0.0f : __builtin_nanf("");
-        qc[b] = 0;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(blocks + l * 32), _mm256_setzero_si256());
-        continue;
-      }
-      qs[b] = amax / 127.0f;
-      const __m512 vinv = _mm512_set1_ps(127.0f / amax);
-      // cvtps rounds to nearest even (the default MXCSR mode), like nearbyint.
-      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vinv));
-      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vinv));
-      qc[b] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-      _mm_store_si128(reinterpret_cast<__m128i*>(blocks + l * 32), _mm512_cvtepi32_epi8(q0));  // |q| <= 127: exact
-      _mm_store_si128(reinterpret_cast<__m128i*>(blocks + l * 32 + 16), _mm512_cvtepi32_epi8(q1));
-    }
-    q8_interleave_group(blocks, r, out + g * 512);
+    (r == 16 ? prepare_group_q8<true> : prepare_group_q8<false>)(a + g * 512, r, out + g * 512, qs + g * 16,
+                                                                 qc + g * 16);
   }
 }
 

@@ -77,7 +77,8 @@ void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t
   // N512 K1536: 246-262 -> 262-270 (into L2). Spreading the rows' lines
   // evenly over all 8 row tiles instead gave 262-266 and 260-262. The loops
   // are written out here: as an inline helper taking the level as a bool,
-  // GCC 12 kept only the L2 loop on this path (measured as no prefetch).
+  // the L1 case measured as no prefetch at all (205-211), and GCC 12's code
+  // for this path held only the prefetcht1 loop.
   // Tables whose tiling does not ask for it (the L1 prefetch level, chosen
   // on Zen 5 and Intel, where the bf16 dot tile measured the burst better;
   // docs/performance.md) keep the first row tile's burst.

@@ -89,9 +89,8 @@ void run_cached_attention(const OpCall& c) {
       // (attend_cached).
       auto in_cache = [&](int64_t tok) { return tok + 1 < rows && slot[tok + 1] == slot[tok]; };
       // This chunk's next row, (token, head) i - 1.
-      const int64_t t1 = (i - 1) / hq;
+      const int64_t t1 = (i - 1) / hq, g1 = (i - 1) % hq / group;
       if (r + 1 < e && !in_cache(t1)) {
-        const int64_t g1 = (i - 1) % hq / group;
         const int64_t bytes = (pos[t1] + 1) * hd * static_cast<int64_t>(sizeof(T));
         prefetch_start(row(kc, slot[t1], g1), bytes);
         prefetch_start(row(vc, slot[t1], g1), bytes);
