@@ -89,6 +89,22 @@ inline int64_t moe_matrices_per_expert(const Node& n) {
 inline size_t moe_shared_input(const Node& n) {
   return static_cast<size_t>(2 + n.attr_int("n_experts") * moe_matrices_per_expert(n));
 }
+// One past a Moe node's last weight input (the shared expert's gate, or the
+// last routed expert's down projection).
+inline size_t moe_weights_end(const Node& n) {
+  return moe_shared_input(n) + (n.attr_int("shared", 0) != 0 ? 4 : 0);
+}
+
+// A Linear or Moe with attr "residual" 1 takes one more input, the last: a
+// [T, N] value added to its output (passes/fuse_residual_add.cc). Its index,
+// or -1 when there is none.
+inline int residual_input(const Node& n) {
+  return n.attr_int("residual", 0) != 0 && !n.inputs.empty() ? static_cast<int>(n.inputs.size()) - 1 : -1;
+}
+// A Linear's inputs: x, W, then the optional bias, then the optional residual.
+inline bool linear_has_bias(const Node& n) {
+  return n.inputs.size() - (residual_input(n) >= 0 ? 1 : 0) > 2;
+}
 
 class Graph {
  public:

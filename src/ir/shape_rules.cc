@@ -19,6 +19,20 @@ Status expect_inputs(const Node& n, size_t count) {
   return Status();
 }
 
+// Attr "residual" (Linear, Moe): 0 or 1; with 1 the last input is a value of
+// the output's type, added to it. `outs`: the op's output types so far.
+Status check_residual(const Graph& g, const Node& n, const std::vector<OutType>& outs) {
+  const int64_t r = n.attr_int("residual", 0);
+  if (r != 0 && r != 1) return invalid_argument("attribute residual must be 0 or 1");
+  if (r == 0) return Status();
+  if (outs.size() != 1) return invalid_argument("attribute residual needs one output (no splits)");
+  const Value& v = g.value(n.inputs.back());
+  if (v.dtype != DType::kF32 || v.shape != outs[0].shape || v.row_dim != outs[0].row_dim)
+    return invalid_argument("residual " + v.name + " must be f32 " + shape_to_string(outs[0].shape) + ", is " +
+                            std::string(dtype_name(v.dtype)) + " " + shape_to_string(v.shape));
+  return Status();
+}
+
 Status expect(const Value& v, DType dtype, size_t rank, const char* what) {
   if (v.dtype != dtype)
     return invalid_argument(std::string(what) + " " + v.name + " must be " + std::string(dtype_name(dtype)) + ", is " +
@@ -101,13 +115,14 @@ Status infer_LayerNorm(const Graph& g, const Node& n, Outs& out) { return norm_c
 Status infer_RmsNorm(const Graph& g, const Node& n, Outs& out) { return norm_common(g, n, 1, out); }
 
 Status infer_Linear(const Graph& g, const Node& n, Outs& out) {
-  if (n.inputs.size() != 3) K3_RETURN_IF_ERROR(expect_inputs(n, 2));  // the bias is optional
+  const size_t extra = residual_input(n) >= 0 ? 1 : 0;                                // the residual, last
+  if (n.inputs.size() != 3 + extra) K3_RETURN_IF_ERROR(expect_inputs(n, 2 + extra));  // the bias is optional
   const Value& x = g.value(n.inputs[0]);
   const Value& w = g.value(n.inputs[1]);
   K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
   K3_RETURN_IF_ERROR(expect_matrix_weight(w, "weight"));
   K3_RETURN_IF_ERROR(expect_dim(w, 1, x.shape[1], "weight"));
-  if (n.inputs.size() == 3) {
+  if (linear_has_bias(n)) {
     const Value& b = g.value(n.inputs[2]);
     K3_RETURN_IF_ERROR(expect(b, DType::kF32, 1, "bias"));
     K3_RETURN_IF_ERROR(expect_dim(b, 0, w.shape[0], "bias"));
@@ -117,7 +132,7 @@ Status infer_Linear(const Graph& g, const Node& n, Outs& out) {
   if (splits == nullptr) {
     if (n.find_attr("splits") != nullptr) return invalid_argument("attribute splits must be a list of ints");
     out.push_back({DType::kF32, {x.shape[0], w.shape[0]}, x.row_dim});
-    return Status();
+    return check_residual(g, n, out);
   }
   // Each width a positive multiple of 16 (a panel's rows: every output then
   // starts on a panel, and threads' 16-row chunks never straddle two), the
@@ -136,7 +151,7 @@ Status infer_Linear(const Graph& g, const Node& n, Outs& out) {
   if (left != 0)
     return invalid_argument("attribute splits add up to " + std::to_string(w.shape[0] - left) + ", the weight has " +
                             std::to_string(w.shape[0]) + " rows");
-  return Status();
+  return check_residual(g, n, out);
 }
 
 Status infer_Add(const Graph& g, const Node& n, Outs& out) {
@@ -226,7 +241,7 @@ Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
   const int64_t per_expert = moe_matrices_per_expert(n);
   const bool shared = n.attr_int("shared", 0) != 0;
   if (shared && !swiglu) return invalid_argument("a shared expert needs swiglu experts");
-  K3_RETURN_IF_ERROR(expect_inputs(n, moe_shared_input(n) + (shared ? 4 : 0)));
+  K3_RETURN_IF_ERROR(expect_inputs(n, moe_weights_end(n) + (residual_input(n) >= 0 ? 1 : 0)));
   const Value& x = g.value(n.inputs[0]);
   const Value& gate = g.value(n.inputs[1]);
   K3_RETURN_IF_ERROR(expect(x, DType::kF32, 2, "input"));
@@ -261,7 +276,7 @@ Status infer_Moe(const Graph& g, const Node& n, Outs& out) {
     }
   }
   out.push_back({DType::kF32, x.shape, x.row_dim});
-  return Status();
+  return check_residual(g, n, out);
 }
 
 Status infer_GatherRows(const Graph& g, const Node& n, Outs& out) {

@@ -106,14 +106,15 @@ StatusOr<bool> PackWeights::run(ir::Graph& g) {
       if (packable(g.value(n.inputs[1]), tiles)) n.inputs[1] = pack(n.inputs[1]);
     } else if (n.op == ir::OpKind::kMoe) {
       ++stats_.matched;
-      bool all = n.inputs.size() > 2;
-      for (size_t i = 2; i < n.inputs.size(); ++i) all = all && packable(g.value(n.inputs[i]), tiles);
+      const size_t end = ir::moe_weights_end(n);
+      bool all = end > 2;
+      for (size_t i = 2; i < end; ++i) all = all && packable(g.value(n.inputs[i]), tiles);
       if (!all) {
         stats_.notes.push_back("moe " + n.name + ": expert matrices are not " + (tiles ? "bf16dot" : "f32 or bf16") +
                                " weights, left as rows");
         continue;
       }
-      for (size_t i = 2; i < n.inputs.size(); ++i) n.inputs[i] = pack(n.inputs[i]);
+      for (size_t i = 2; i < end; ++i) n.inputs[i] = pack(n.inputs[i]);
     }
   }
   if (stats_.applied == 0) return false;

@@ -14,6 +14,7 @@
 #include "passes/fuse_layer_norm.h"
 #include "passes/fuse_moe.h"
 #include "passes/fuse_norm_activation.h"
+#include "passes/fuse_residual_add.h"
 #include "passes/fuse_rms_norm.h"
 #include "passes/fuse_rope.h"
 #include "passes/fuse_sibling_linears.h"
@@ -91,6 +92,12 @@ const std::vector<Entry>& entries() {
       // weight-precision and pack-weights, which then convert and lay out
       // each stacked matrix as one.
       {3, [](const PipelineOptions&) { return std::make_unique<FuseSiblingLinears>(); }},
+      // fuse-residual-add after lower-to-plan (it matches K3's Linear, Moe
+      // and Add, which a checkpoint graph starts with) and after
+      // fuse-sibling-linears, whose groups it would otherwise break by
+      // giving one member a residual input; before the weight passes, which
+      // skip the residual (an activation) when they walk a node's weights.
+      {3, [](const PipelineOptions&) { return std::make_unique<FuseResidualAdd>(); }},
       // weight-precision last, and at every level (O0 included): it is the
       // user's choice of format, not an optimization, and running it after
       // every rewrite converts exactly the weights that remain.

@@ -146,12 +146,12 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
       // one dtype): int8 only when every expert matrix is whole blocks.
       if (int8) {
         bool all_blocks = true;
-        for (size_t i = 2; i < n.inputs.size(); ++i) all_blocks = all_blocks && q8_ok_once(n.inputs[i]);
+        for (size_t i = 2; i < ir::moe_weights_end(n); ++i) all_blocks = all_blocks && q8_ok_once(n.inputs[i]);
         if (!all_blocks) continue;
       }
       bool dot = true;  // one dtype per MoE: kBF16Dot only if every matrix takes it
-      for (size_t i = 2; i < n.inputs.size(); ++i) dot = dot && dot_ok(n.inputs[i]);
-      for (size_t i = 2; i < n.inputs.size(); ++i) n.inputs[i] = convert(n.inputs[i], dot);
+      for (size_t i = 2; i < ir::moe_weights_end(n); ++i) dot = dot && dot_ok(n.inputs[i]);
+      for (size_t i = 2; i < ir::moe_weights_end(n); ++i) n.inputs[i] = convert(n.inputs[i], dot);
     }
   }
   if (stats_.applied == 0) return false;

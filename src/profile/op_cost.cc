@@ -47,6 +47,13 @@ OpCost op_cost(const ir::Graph& g, const ir::Node& n, const StepCounts& c) {
   const double out_elems = out_rows * out_cols;
   r.bytes_written = 0;
   for (int v : n.outputs) r.bytes_written += used_bytes(g.value(v), c);  // a split Linear has several
+  // A fused residual (Linear, Moe): its rows read and one add per output element.
+  auto add_residual = [&] {
+    const int res = ir::residual_input(n);
+    if (res < 0) return;
+    r.bytes_read += used_bytes(in(static_cast<size_t>(res)), c);
+    r.flops += out_elems;
+  };
 
   switch (n.op) {
     case OpKind::kEmbedding: {
@@ -73,6 +80,7 @@ OpCost op_cost(const ir::Graph& g, const ir::Node& n, const StepCounts& c) {
       const double m = rows_of(x, c), k = cols_of(x), nn = static_cast<double>(w.shape[0]);
       r.bytes_read = used_bytes(x, c) + static_cast<double>(w.bytes());
       r.flops = 2 * m * nn * k;
+      add_residual();
       break;
     }
     case OpKind::kAdd: {
@@ -126,10 +134,11 @@ OpCost op_cost(const ir::Graph& g, const ir::Node& n, const StepCounts& c) {
       const double combine = 2 * entries * d;
       r.flops = gate + mats + act + combine;
       // A shared expert (and its [1, D] gate), if any, runs on every token.
-      for (size_t i = ir::moe_shared_input(n); i < n.inputs.size(); ++i) {
+      for (size_t i = ir::moe_shared_input(n); i < ir::moe_weights_end(n); ++i) {
         r.bytes_read += static_cast<double>(in(i).bytes());
         r.flops += 2 * t * static_cast<double>(in(i).numel());
       }
+      add_residual();
       break;
     }
     case OpKind::kGatherRows: {

@@ -130,7 +130,8 @@ uint64_t Engine::weight_bytes_per_token() const {
   for (const ir::Node& n : g.nodes()) {
     switch (n.op) {
       case ir::OpKind::kLinear:
-        for (size_t i = 1; i < n.inputs.size(); ++i) bytes += g.value(n.inputs[i]).bytes();  // weight (+ bias)
+        bytes += g.value(n.inputs[1]).bytes();  // weight (+ bias; a fused residual is an activation)
+        if (ir::linear_has_bias(n)) bytes += g.value(n.inputs[2]).bytes();
         break;
       case ir::OpKind::kLayerNorm:
       case ir::OpKind::kRmsNorm:
@@ -146,7 +147,7 @@ uint64_t Engine::weight_bytes_per_token() const {
         for (size_t j = 0; j < per; ++j) expert += g.value(n.inputs[2 + j]).bytes();
         bytes += g.value(n.inputs[1]).bytes() + static_cast<uint64_t>(k) * expert;
         // A shared expert (and its gate) runs for every token.
-        for (size_t i = ir::moe_shared_input(n); i < n.inputs.size(); ++i) bytes += g.value(n.inputs[i]).bytes();
+        for (size_t i = ir::moe_shared_input(n); i < ir::moe_weights_end(n); ++i) bytes += g.value(n.inputs[i]).bytes();
         break;
       }
       default:

@@ -66,6 +66,26 @@ void test_RmsNorm() {
   grouped_rms_case(48, 0.5, 6, 5);
 }
 
+// A fused residual (fuse-residual-add): the output plus a [T, N] value,
+// after the bias, scale and clamp; rows and columns split across 2 threads.
+void linear_residual_case() {
+  for (bool epilogue : {false, true}) {
+    OpTester t;
+    int x = t.f32("x", {9, 67}, RowDim::kTokens);
+    std::vector<int> in{x, t.f32("w", {130, 67})};
+    std::vector<ir::Attr> attrs{{"residual", int64_t{1}}};
+    if (epilogue) {
+      in.push_back(t.f32("b", {130}));
+      attrs.push_back({"scale", 0.25});
+      attrs.push_back({"clip", 0.6});
+    }
+    in.push_back(t.f32("r", {9, 130}, RowDim::kTokens));
+    t.node(OpKind::kLinear, in, attrs);
+    t.check(7, 0, kTol);
+    t.check(1, 0, kTol, 1);
+  }
+}
+
 void test_Linear() {
   for (int64_t n : {1, 45, 130}) {
     OpTester t;
@@ -88,6 +108,7 @@ void test_Linear() {
     u.node(OpKind::kLinear, {x2, w2, u.f32("b", {n})});
     u.check(7, 0, kTol);
   }
+  linear_residual_case();
   // Split outputs (fuse-sibling-linears' stacked q, k, v), with and without
   // bias and clamp; 2 threads' chunks of 16 then end inside an output.
   for (const std::vector<int64_t>& splits : {std::vector<int64_t>{16, 32, 16}, {48}, {32, 64, 80, 16}}) {
@@ -196,7 +217,8 @@ void attention_scale_case() {
   t.check(2, 0, kTol);
 }
 
-void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize = true, bool shared = false) {
+void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize = true, bool shared = false,
+              bool residual = false) {
   OpTester t;
   const int64_t e = 4, d = 32, f = 24;
   int x = t.f32("x", {6, d}, RowDim::kTokens);
@@ -226,6 +248,7 @@ void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize 
     in.push_back(t.f32("s_down", {d, 40}));
     in.push_back(t.f32("s_g", {1, d}));
   }
+  if (residual) in.push_back(t.f32("r", {6, d}, RowDim::kTokens));  // fuse-residual-add's input, last
   // The reference always computes only the chosen experts, so the dense
   // (article) variant is checked against the same oracle.
   t.node(OpKind::kMoe, in,
@@ -234,7 +257,8 @@ void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize 
           {"swiglu", int64_t{swiglu}},
           {"dense", int64_t{dense}},
           {"renormalize", int64_t{renormalize}},
-          {"shared", int64_t{shared}}});
+          {"shared", int64_t{shared}},
+          {"residual", int64_t{residual}}});
   t.check(5, 0, kTol);
   t.check(1, 0, kTol, 1);  // decode shape, one thread
 }
@@ -274,6 +298,10 @@ void test_Moe() {
   moe_case(true, false, true, /*renormalize=*/false);
   moe_case(true, false, false, true, /*shared=*/true);
   moe_case(true, false, true, false, /*shared=*/true);
+  // With a fused residual: grouped, dense, and after a shared expert.
+  moe_case(false, false, false, true, false, /*residual=*/true);
+  moe_case(true, false, true, true, false, /*residual=*/true);
+  moe_case(true, false, false, true, /*shared=*/true, /*residual=*/true);
 }
 
 void test_GatherRows() {

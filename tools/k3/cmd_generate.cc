@@ -111,6 +111,9 @@ int run_generate(const GenerateFlags& f) {
     eo.prefill_chunk = std::max<int64_t>(eo.prefill_chunk, static_cast<int64_t>(prompts->front().size()));
   eo.reference = f.reference;
   eo.moe_dense = f.moe_dense;
+  // A dump from a checkpoint keeps the residual Adds apart, so it holds
+  // every tensor the reference dump has (a .k3m was fused when compiled).
+  if (!f.dump_tensors.empty()) eo.disabled_passes = {"fuse-residual-add"};
   auto kt = kernels_for_isa_flag(f.isa, f.prefetch);
   if (!kt.ok()) return report(kt.status());
   eo.kernels = *kt;

@@ -95,10 +95,13 @@ void run_Linear(const OpCall& c) {
   const auto n_out = static_cast<int64_t>(c.node->outputs.size());
   // Optional bias, output scale and clamp, applied to each thread's columns
   // while they are still in cache.
-  const float* bias = c.node->inputs.size() > 2 ? c.in[2].f32() : nullptr;
+  const float* bias = ir::linear_has_bias(*c.node) ? c.in[2].f32() : nullptr;
   const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
   const float clip = static_cast<float>(c.node->attr_float("clip", 0.0));
   const bool epilogue = bias != nullptr || scale != 1.0f || clip > 0.0f;
+  // The residual (fuse-residual-add; one output only), added after the rest.
+  const int res = ir::residual_input(*c.node);
+  const float* residual = res >= 0 ? c.in[res].f32() : nullptr;
   // int8 and bf16 dot kernels round x first: once here, not per thread.
   const ActRows xa = prepare_rows(c, c.in[1].value->dtype, m, k, x, k, static_cast<uint8_t*>(c.workspace));
   c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) {
@@ -109,12 +112,13 @@ void run_Linear(const OpCall& c) {
       if (lo >= hi) continue;
       float* y = c.out[i].f32();
       gemm_weight(c.kt, m, lo, hi, k, xa, c.in[1], y, width, o);
-      if (!epilogue) continue;
-      for (int64_t r = 0; r < m; ++r) {
+      for (int64_t r = 0; epilogue && r < m; ++r) {
         float* yr = y + r * width;
         for (int64_t j = lo; j < hi; ++j) yr[j] = (yr[j] + (bias ? bias[o + j] : 0.0f)) * scale;
         clip_in_place(yr + lo, hi - lo, clip);
       }
+      for (int64_t r = 0; residual != nullptr && r < m; ++r)
+        c.kt->add(y + r * width + lo, residual + r * width + lo, hi - lo, y + r * width + lo);
     }
   });
 }

@@ -191,9 +191,14 @@ void run_Moe(const OpCall& c) {
     for (int64_t j = 0; j < k; ++j) wts[t * k + j] /= sum;
   }
 
+  // The residual (fuse-residual-add), if any: added to each finished output
+  // row, as the Add it replaces did.
+  const int res = ir::residual_input(*c.node);
+  const float* residual = res >= 0 ? c.in[res].f32() : nullptr;
   if (c.node->attr_int("dense") != 0) {
     run_dense(c, x, rows, d, f, n_exp, k, per, swiglu, sel, wts, hbuf, gbuf, ybuf);
     if (l.sh_h != 0) run_shared(c, l, x, rows, d, shared_inputs(c), c.out[0].f32());
+    if (residual != nullptr) c.kt->add(c.out[0].f32(), residual, rows * d, c.out[0].f32());
     return;
   }
 
@@ -206,8 +211,17 @@ void run_Moe(const OpCall& c) {
       const int32_t r = count[sel[t * k + j]]++;
       slot_of[t * k + j] = r;
       order[r] = static_cast<int32_t>(t);
-      std::memcpy(xg + r * d, x + t * d, static_cast<size_t>(d) * 4);
     }
+  // The copies split across the threads when there are enough of them.
+  const int64_t entries = offs[n_exp];
+  auto gather = [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      std::memcpy(xg + r * d, x + static_cast<int64_t>(order[r]) * d, static_cast<size_t>(d) * 4);
+  };
+  if (entries * d < kParallelValues)
+    gather(0, entries);
+  else
+    c.pool->parallel_for(entries, 1, gather);
 
   // 4. Up (and gate) projections + activation; chunks of F columns of every
   //    active expert, so a chunk's columns need no barrier before the
@@ -243,8 +257,15 @@ void run_Moe(const OpCall& c) {
   });
 
   // 5. Down projections; chunks of D columns (the hidden rows rounded once,
-  //    as in 4; the up projections' rounded rows are dead by now).
+  //    as in 4; the up projections' rounded rows are dead by now). Then, on
+  //    the same chunk while it is in cache, 6: each token's weighted sum in
+  //    choice order (and its residual). A chunk's columns of every expert's
+  //    result are this thread's own, so no barrier comes between; an
+  //    element's sum does not depend on the chunk (axpy and add are
+  //    elementwise).
   const ActRows ha = prepare_rows(c, dt, offs[n_exp], f, hbuf, f, prep);
+  float* out = c.out[0].f32();
+  const bool shared = l.sh_h != 0;
   c.pool->parallel_for(d, 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
@@ -253,18 +274,18 @@ void run_Moe(const OpCall& c) {
       gemm_weight(c.kt, cnt, b, e, f, ha.from(r0), c.in[2 + ex * per + per - 1], ybuf + r0 * d, d, 0,
                   nx < n_exp ? next_rows(c.in[2 + nx * per + per - 1], f, b, e) : kernels::ReadNext{});
     }
+    for (int64_t t = 0; t < rows; ++t) {
+      float* o = out + t * d + b;
+      std::memset(o, 0, static_cast<size_t>(e - b) * 4);
+      for (int64_t j = 0; j < k; ++j)
+        c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d + b, e - b, o);
+      if (residual != nullptr && !shared) c.kt->add(o, residual + t * d + b, e - b, o);
+    }
   });
-
-  // 6. Weighted sum per token, in choice order.
-  float* out = c.out[0].f32();
-  for (int64_t t = 0; t < rows; ++t) {
-    float* o = out + t * d;
-    std::memset(o, 0, static_cast<size_t>(d) * 4);
-    for (int64_t j = 0; j < k; ++j)
-      c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d, d, o);
+  if (shared) {  // the shared expert's share comes before the residual
+    run_shared(c, l, x, rows, d, shared_inputs(c), out);
+    if (residual != nullptr) c.kt->add(out, residual, rows * d, out);
   }
-  if (l.sh_h != 0) run_shared(c, l, x, rows, d, shared_inputs(c), out);
-  (void)order;
 }
 
 }  // namespace k3::runtime

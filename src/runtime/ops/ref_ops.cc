@@ -144,16 +144,21 @@ void ref_Linear(const OpCall& c) {
   const int64_t n = c.in[1].dim(0), rows = c.in[0].rows;
   std::vector<float> y(static_cast<size_t>(rows * n));
   linear_weight(c.in[0].f32(), rows, c.in[0].cols(), c.in[1], n, y.data());
-  const float* bias = c.node->inputs.size() > 2 ? c.in[2].f32() : nullptr;
+  const float* bias = ir::linear_has_bias(*c.node) ? c.in[2].f32() : nullptr;
   const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
   const double clip = c.node->attr_float("clip", 0.0);
+  // The residual (one output only), added last: as the Add it replaces.
+  const int res = ir::residual_input(*c.node);
+  const float* r = res >= 0 ? c.in[res].f32() : nullptr;
   int64_t o = 0;
   for (size_t i = 0; i < c.node->outputs.size(); ++i) {
     const int64_t width = c.out[i].cols();
     for (int64_t t = 0; t < rows; ++t)
-      for (int64_t j = 0; j < width; ++j)
-        c.out[i].f32()[t * width + j] =
-            clip_to((y[static_cast<size_t>(t * n + o + j)] + (bias ? bias[o + j] : 0.0f)) * scale, clip);
+      for (int64_t j = 0; j < width; ++j) {
+        float& out = c.out[i].f32()[t * width + j];
+        out = clip_to((y[static_cast<size_t>(t * n + o + j)] + (bias ? bias[o + j] : 0.0f)) * scale, clip);
+        if (r != nullptr) out += r[t * width + j];
+      }
     o += width;
   }
 }
@@ -285,7 +290,12 @@ void ref_Moe(const OpCall& c) {
       const double sig = 1.0 / (1.0 + std::exp(-static_cast<double>(gate_logit)));
       for (int64_t i = 0; i < d; ++i) acc[i] += sig * y[i];
     }
-    for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(acc[i]);
+    // The residual, if any, added to the rounded sum (as the Add it replaces).
+    const int res = ir::residual_input(*c.node);
+    for (int64_t i = 0; i < d; ++i) {
+      out[i] = static_cast<float>(acc[i]);
+      if (res >= 0) out[i] += c.in[res].f32()[t * d + i];
+    }
   }
 }
 
