@@ -102,6 +102,11 @@ class OpTester {
     last_worst_ = worst;
   }
   double last_worst() const { return last_worst_; }
+  // The fast op's outputs (then states) on `threads` threads.
+  std::vector<std::vector<float>> fast_outputs(int64_t tokens, int64_t out_rows, int threads) {
+    ThreadPool pool(threads);
+    return run(fast_op(g_.nodes()[0].op), tokens, out_rows, pool);
+  }
   ir::Graph& graph() { return g_; }
 
  private:

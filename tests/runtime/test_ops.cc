@@ -86,6 +86,32 @@ void linear_residual_case() {
   }
 }
 
+// Prefill rows (at least kRowSplitMinRows, basic_ops.cc): threads split the
+// rows, not the columns, and round their own rows. Same bits as one thread
+// (which splits nothing), for each weight format, with split outputs and
+// with a bias, scale, clamp and residual; within tolerance of the reference.
+void linear_row_split_case(ir::DType dt, bool splits) {
+  OpTester t;
+  const int64_t rows = 70, k = 64, n = 96;
+  int x = t.f32("x", {rows, k}, RowDim::kTokens);
+  std::vector<int> in{x, t.weight("w", {n, k}, dt)};
+  std::vector<ir::Attr> attrs;
+  if (splits) {
+    attrs.push_back({"splits", std::vector<int64_t>{32, 64}});
+  } else {
+    in.push_back(t.f32("b", {n}));
+    in.push_back(t.f32("r", {rows, n}, RowDim::kTokens));
+    attrs = {{"scale", 0.5}, {"clip", 0.8}, {"residual", int64_t{1}}};
+  }
+  auto r = t.graph().add_node(OpKind::kLinear, "node", in, attrs, splits ? 2 : 1);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  t.check(rows, 0, dt == ir::DType::kF32 ? kTol : kRoundedTol);
+  const auto two = t.fast_outputs(rows, 0, 2), one = t.fast_outputs(rows, 0, 1);
+  ASSERT_EQ(two.size(), one.size());
+  for (size_t b = 0; b < two.size(); ++b)
+    EXPECT_EQ(std::memcmp(two[b].data(), one[b].data(), two[b].size() * 4), 0) << "output " << b;
+}
+
 void test_Linear() {
   for (int64_t n : {1, 45, 130}) {
     OpTester t;
@@ -109,6 +135,8 @@ void test_Linear() {
     u.check(7, 0, kTol);
   }
   linear_residual_case();
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kQ8, ir::DType::kBF16Dot})
+    for (bool splits : {false, true}) linear_row_split_case(dt, splits);
   // Split outputs (fuse-sibling-linears' stacked q, k, v), with and without
   // bias and clamp; 2 threads' chunks of 16 then end inside an output.
   for (const std::vector<int64_t>& splits : {std::vector<int64_t>{16, 32, 16}, {48}, {32, 64, 80, 16}}) {
@@ -283,6 +311,32 @@ void moe_weight_dtype_case(ir::DType dt, bool swiglu, bool many = false) {
   t.check(1, 0, kRoundedTol, 1);  // decode shape, one thread
 }
 
+// Prefill rows with the experts split across threads (moe_op.cc,
+// run_by_expert): two experts, top 2, so each has every token's row and the
+// split is even, which the op then takes on 2 threads; 1 thread takes the
+// column split. Same bits either way, and within tolerance of the reference.
+void moe_expert_split_case(ir::DType dt, bool swiglu, bool residual) {
+  OpTester t;
+  const int64_t e = 2, d = 64, f = 96, tokens = 40;
+  int x = t.f32("x", {tokens, d}, RowDim::kTokens);
+  std::vector<int> in{x, t.f32("gate", {e, d})};
+  for (int64_t i = 0; i < e; ++i) {
+    in.push_back(t.weight("up" + std::to_string(i), {f, d}, dt));
+    if (swiglu) in.push_back(t.weight("gate" + std::to_string(i), {f, d}, dt));
+    in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
+  }
+  if (residual) in.push_back(t.f32("r", {tokens, d}, RowDim::kTokens));
+  t.node(OpKind::kMoe, in,
+         {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}, {"residual", int64_t{residual}}});
+  t.check(tokens, 0, dt == ir::DType::kF32 ? kTol : kRoundedTol);
+  const auto split = t.fast_outputs(tokens, 0, 2), columns = t.fast_outputs(tokens, 0, 1);
+  ASSERT_EQ(split.size(), columns.size());
+  for (size_t b = 0; b < split.size(); ++b) {
+    ASSERT_EQ(split[b].size(), columns[b].size());
+    EXPECT_EQ(std::memcmp(split[b].data(), columns[b].data(), split[b].size() * 4), 0) << "output " << b;
+  }
+}
+
 void test_Moe() {
   for (ir::DType dt : {ir::DType::kQ8, ir::DType::kBF16Dot}) {
     moe_weight_dtype_case(dt, false);
@@ -302,6 +356,10 @@ void test_Moe() {
   moe_case(false, false, false, true, false, /*residual=*/true);
   moe_case(true, false, true, true, false, /*residual=*/true);
   moe_case(true, false, false, true, /*shared=*/true, /*residual=*/true);
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kQ8, ir::DType::kBF16Dot}) {
+    moe_expert_split_case(dt, false, false);
+    moe_expert_split_case(dt, true, true);
+  }
 }
 
 void test_GatherRows() {

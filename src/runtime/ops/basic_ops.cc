@@ -12,13 +12,14 @@ namespace k3::runtime {
 namespace {
 
 // f(begin, end) over rows of `width` values each, split across the threads
-// only when there are kParallelValues or more (op_call.h).
+// only when there are kParallelValues or more (op_call.h), one share per
+// thread as the prefill Linear splits its rows (run_Linear).
 template <typename F>
 void for_rows(const OpCall& c, int64_t rows, int64_t width, F&& f) {
   if (rows * width < kParallelValues) {
     f(0, rows);
   } else {
-    c.pool->parallel_for(rows, 1, f);
+    c.pool->parallel_for_even(rows, 1, f);
   }
 }
 
@@ -26,6 +27,26 @@ void for_rows(const OpCall& c, int64_t rows, int64_t width, F&& f) {
 void clip_in_place(float* y, int64_t n, float clip) {
   if (clip > 0.0f)
     for (int64_t i = 0; i < n; ++i) y[i] = std::clamp(y[i], -clip, clip);
+}
+
+// Rows at least this many: a Linear splits its rows across the threads, not
+// its columns (run_Linear). Prefill chunks (128 tokens by default) are
+// above; batched decode (a row per sequence) is below.
+constexpr int64_t kRowSplitMinRows = 64;
+
+// A Linear's epilogue on columns [lo, hi) of m rows of y (width apart),
+// output columns o + lo.. of the weight: (y + bias) * scale, clamped, then
+// plus the residual (same rows and width as y), as the unfused ops did.
+void linear_epilogue(float* y, int64_t m, int64_t width, int64_t lo, int64_t hi, int64_t o, const float* bias,
+                     float scale, float clip, const float* residual, const kernels::KernelTable* kt) {
+  const bool affine = bias != nullptr || scale != 1.0f || clip > 0.0f;
+  for (int64_t r = 0; affine && r < m; ++r) {
+    float* yr = y + r * width;
+    for (int64_t j = lo; j < hi; ++j) yr[j] = (yr[j] + (bias ? bias[o + j] : 0.0f)) * scale;
+    clip_in_place(yr + lo, hi - lo, clip);
+  }
+  for (int64_t r = 0; residual != nullptr && r < m; ++r)
+    kt->add(y + r * width + lo, residual + r * width + lo, hi - lo, y + r * width + lo);
 }
 
 }  // namespace
@@ -98,12 +119,41 @@ void run_Linear(const OpCall& c) {
   const float* bias = ir::linear_has_bias(*c.node) ? c.in[2].f32() : nullptr;
   const float scale = static_cast<float>(c.node->attr_float("scale", 1.0));
   const float clip = static_cast<float>(c.node->attr_float("clip", 0.0));
-  const bool epilogue = bias != nullptr || scale != 1.0f || clip > 0.0f;
   // The residual (fuse-residual-add; one output only), added after the rest.
   const int res = ir::residual_input(*c.node);
   const float* residual = res >= 0 ? c.in[res].f32() : nullptr;
-  // int8 and bf16 dot kernels round x first: once here, not per thread.
-  const ActRows xa = prepare_rows(c, c.in[1].value->dtype, m, k, x, k, static_cast<uint8_t*>(c.workspace));
+  const ir::DType dt = c.in[1].value->dtype;
+  // Prefill: each thread takes a share of the rows (tokens) and all the
+  // columns, rounding its own rows for the int8 / bf16 dot kernels. The
+  // rows it reads and writes are then the ones the ops before and after
+  // (norms, rope, the MoE's combine) give the same thread; each thread
+  // streams the whole weight, which prefill's many rows amortize. Same
+  // bits as the column split (a product's element does not depend on M or
+  // on its column range).
+  if (m >= kRowSplitMinRows && c.pool->size() > 1) {
+    const kernels::PreparedGemm* pg = prepared_gemm(c.kt, dt);
+    c.pool->parallel_for_even(m, 4, [&](int64_t b, int64_t e) {
+      ActRows xa{x + b * k, k};
+      if (pg != nullptr) {
+        const int64_t stride = pg->row_bytes(k);
+        uint8_t* buf = static_cast<uint8_t*>(c.workspace) + b * stride;
+        pg->prepare(e - b, k, x + b * k, k, buf);
+        xa = ActRows{x + b * k, k, buf, stride};
+      }
+      int64_t o = 0;  // first column of output i
+      for (int64_t i = 0; i < n_out; o += c.out[i].cols(), ++i) {
+        const int64_t width = c.out[i].cols();
+        float* y = c.out[i].f32() + b * width;
+        gemm_weight(c.kt, e - b, 0, width, k, xa, c.in[1], y, width, o);
+        linear_epilogue(y, e - b, width, 0, width, o, bias, scale, clip, residual ? residual + b * width : nullptr,
+                        c.kt);
+      }
+    });
+    return;
+  }
+  // Decode: threads split the columns. int8 and bf16 dot kernels round x
+  // first: once here, not per thread.
+  const ActRows xa = prepare_rows(c, dt, m, k, x, k, static_cast<uint8_t*>(c.workspace));
   c.pool->parallel_for(n, 16, [&](int64_t b, int64_t e) {
     int64_t o = 0;  // first column of output i
     for (int64_t i = 0; i < n_out && o < e; o += c.out[i].cols(), ++i) {
@@ -112,13 +162,7 @@ void run_Linear(const OpCall& c) {
       if (lo >= hi) continue;
       float* y = c.out[i].f32();
       gemm_weight(c.kt, m, lo, hi, k, xa, c.in[1], y, width, o);
-      for (int64_t r = 0; epilogue && r < m; ++r) {
-        float* yr = y + r * width;
-        for (int64_t j = lo; j < hi; ++j) yr[j] = (yr[j] + (bias ? bias[o + j] : 0.0f)) * scale;
-        clip_in_place(yr + lo, hi - lo, clip);
-      }
-      for (int64_t r = 0; residual != nullptr && r < m; ++r)
-        c.kt->add(y + r * width + lo, residual + r * width + lo, hi - lo, y + r * width + lo);
+      linear_epilogue(y, m, width, lo, hi, o, bias, scale, clip, residual, c.kt);
     }
   });
 }

@@ -21,7 +21,8 @@ namespace {
 
 struct MoeLayout {
   // Offsets into the workspace, each 64-byte aligned.
-  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, prep, sh_h, sh_g, sh_y, sh_logit, total;
+  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, prep, prep_h, bin_of, sh_h, sh_g, sh_y,
+      sh_logit, total;
 };
 
 // dt: the routed experts' weight dtype. s: the shared expert's hidden width
@@ -47,9 +48,13 @@ MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool
   l.hbuf = take(tk * static_cast<uint64_t>(f) * 4);                    // [T*K, F] hidden
   l.gbuf = swiglu ? take(tk * static_cast<uint64_t>(f) * 4) : l.hbuf;  // [T*K, F] gate branch
   l.ybuf = take(tk * static_cast<uint64_t>(d) * 4);                    // [T*K, D] expert outputs
-  // [T*K] rows of xg, then of hbuf, rounded for int8 / bf16 dot kernels
-  // (prepared_rows.h); 0 bytes for other dtypes.
-  l.prep = take(std::max(prepared_bytes_bound(dt, t * k, d), prepared_bytes_bound(dt, t * k, f)));
+  // [T*K] rows of xg and of hbuf, rounded for int8 / bf16 dot kernels
+  // (prepared_rows.h); 0 bytes for other dtypes. Apart: with the experts
+  // split across threads (run_by_expert), one thread rounds hidden rows
+  // while another still multiplies its rounded inputs.
+  l.prep = take(prepared_bytes_bound(dt, t * k, d));
+  l.prep_h = take(prepared_bytes_bound(dt, t * k, f));
+  l.bin_of = take(static_cast<uint64_t>(e) * 4);  // [E] thread share of each expert (run_by_expert)
   if (s > 0) {
     const uint64_t rows = static_cast<uint64_t>(t);
     l.sh_h = take(rows * static_cast<uint64_t>(s) * 4);  // [T, S] shared hidden
@@ -117,12 +122,138 @@ void run_shared(const OpCall& c, const MoeLayout& l, const float* x, int64_t row
   for (int64_t r = 0; r < rows; ++r) c.kt->axpy(1.0f / (1.0f + std::exp(-logit[r])), y + r * d, d, out + r * d);
 }
 
+// Prefill with the experts split across the threads: each thread gathers,
+// rounds and multiplies the rows of whole experts (up, activation, down),
+// so what one expert's steps hand to the next stays in that core's caches.
+// The column split of run_Moe hands every hidden row and rounded row to the
+// other thread between the steps; where the two vCPUs sit on different L3s
+// (this host, some minutes: a 330 ns round trip between them against 50)
+// that traffic took two-thread int8 prefill from 68 to 95 ms
+// (docs/performance.md). Each expert's results are the same bits either way
+// (a product's element does not depend on its column range or on M).
+//
+// Experts go to threads greedily, largest first, by their rows rounded up
+// to the tile's 4 plus kExpertFixedRows for streaming the expert's weights;
+// the split is used only when the busiest thread gets at most
+// kMaxExpertImbalance times the mean, and when there are at least
+// kExpertSplitMinRows rows (prefill; decode's few rows keep the column
+// split, which streams every expert on both threads). False: not used.
+constexpr int64_t kExpertSplitMinRows = 64;
+constexpr int64_t kExpertFixedRows = 4;
+constexpr double kMaxExpertImbalance = 1.1;
+constexpr int kMaxExpertBins = 64;
+
+struct ExpertPass {
+  int64_t n_exp, per, d, f;
+  bool swiglu;
+  ir::DType dt;
+};
+
+bool run_by_expert(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x) {
+  const int64_t bins = c.pool->size();
+  const int32_t* offs = at<int32_t>(c.workspace, l.offs);
+  const int64_t entries = offs[p.n_exp];
+  if (bins < 2 || bins > kMaxExpertBins || entries < kExpertSplitMinRows) return false;
+  int32_t* bin_of = at<int32_t>(c.workspace, l.bin_of);
+  int64_t load[kMaxExpertBins] = {};
+  int64_t total = 0, active = 0;
+  for (int64_t e = 0; e < p.n_exp; ++e) bin_of[e] = -1;
+  // Largest first: pick the unplaced expert with the most rows each time
+  // (n_exp is small; no sort buffer needed).
+  for (;;) {
+    int64_t best = -1, best_cost = 0;
+    for (int64_t e = 0; e < p.n_exp; ++e) {
+      const int64_t cnt = offs[e + 1] - offs[e];
+      const int64_t cost = (cnt + 3) / 4 * 4 + kExpertFixedRows;
+      if (cnt > 0 && bin_of[e] < 0 && cost > best_cost) best = e, best_cost = cost;
+    }
+    if (best < 0) break;
+    int64_t b = 0;
+    for (int64_t i = 1; i < bins; ++i)
+      if (load[i] < load[b]) b = i;
+    bin_of[best] = static_cast<int32_t>(b);
+    load[b] += best_cost;
+    total += best_cost;
+    ++active;
+  }
+  int64_t most = 0;
+  for (int64_t i = 0; i < bins; ++i) most = std::max(most, load[i]);
+  if (active < bins || static_cast<double>(most * bins) > kMaxExpertImbalance * static_cast<double>(total))
+    return false;
+
+  const int32_t* order = at<int32_t>(c.workspace, l.order);
+  float* xg = at<float>(c.workspace, l.xg);
+  float* hbuf = at<float>(c.workspace, l.hbuf);
+  float* gbuf = at<float>(c.workspace, l.gbuf);
+  float* ybuf = at<float>(c.workspace, l.ybuf);
+  const kernels::PreparedGemm* pg = prepared_gemm(c.kt, p.dt);
+  uint8_t* prep = at<uint8_t>(c.workspace, l.prep);
+  uint8_t* prep_h = at<uint8_t>(c.workspace, l.prep_h);
+  const int64_t d = p.d, f = p.f;
+  // Rows [r0, r0 + n) of a, K wide, rounded into buf's rows r0.. when the
+  // dtype's kernel rounds A.
+  auto rows_of = [&](const float* a, int64_t K, uint8_t* buf, int64_t r0, int64_t n) {
+    if (pg == nullptr) return ActRows{a + r0 * K, K};
+    const int64_t stride = pg->row_bytes(K);
+    pg->prepare(n, K, a + r0 * K, K, buf + r0 * stride);
+    return ActRows{a + r0 * K, K, buf + r0 * stride, stride};
+  };
+  c.pool->run_chunks(bins, [&](int64_t bin, int64_t) {
+    for (int64_t ex = 0; ex < p.n_exp; ++ex) {
+      if (bin_of[ex] != bin) continue;
+      const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
+      const TensorArg* w = c.in + 2 + ex * p.per;
+      for (int64_t r = r0; r < r0 + cnt; ++r)
+        std::memcpy(xg + r * d, x + static_cast<int64_t>(order[r]) * d, static_cast<size_t>(d) * 4);
+      const ActRows xa = rows_of(xg, d, prep, r0, cnt);
+      gemm_weight(c.kt, cnt, 0, f, d, xa, w[0], hbuf + r0 * f, f, 0,
+                  p.swiglu ? next_rows(w[1], d, 0, f) : kernels::ReadNext{});
+      if (p.swiglu) gemm_weight(c.kt, cnt, 0, f, d, xa, w[1], gbuf + r0 * f, f, 0, next_rows(w[p.per - 1], f, 0, d));
+      for (int64_t r = r0; r < r0 + cnt; ++r) {
+        float* h = hbuf + r * f;
+        if (p.swiglu)
+          c.kt->silu_mul(gbuf + r * f, h, f, h);
+        else
+          c.kt->gelu(h, f, h);
+      }
+      const ActRows ha = rows_of(hbuf, f, prep_h, r0, cnt);
+      gemm_weight(c.kt, cnt, 0, d, f, ha, w[p.per - 1], ybuf + r0 * d, d, 0);
+    }
+  });
+  return true;
+}
+
 // The shared expert's inputs (if any), and its hidden width (0: none).
 const TensorArg* shared_inputs(const OpCall& c) {
   return c.in + ir::moe_shared_input(*c.node);
 }
 int64_t shared_ff(const OpCall& c) {
   return c.node->attr_int("shared", 0) != 0 ? shared_inputs(c)[0].dim(0) : 0;
+}
+
+// 6 after run_by_expert: each token's weighted sum of its experts' rows in
+// choice order, rows split across the threads (the next op, a norm, splits
+// rows too); then the shared expert, if any, and the residual, if any.
+void combine_rows(const OpCall& c, const MoeLayout& l, const float* x, int64_t rows, int64_t d, int64_t k,
+                  const float* residual) {
+  const float* wts = at<float>(c.workspace, l.wts);
+  const int32_t* slot_of = at<int32_t>(c.workspace, l.slot_of);
+  const float* ybuf = at<float>(c.workspace, l.ybuf);
+  float* out = c.out[0].f32();
+  const bool shared = l.sh_h != 0;
+  c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* o = out + t * d;
+      std::memset(o, 0, static_cast<size_t>(d) * 4);
+      for (int64_t j = 0; j < k; ++j)
+        c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d, d, o);
+      if (residual != nullptr && !shared) c.kt->add(o, residual + t * d, d, o);
+    }
+  });
+  if (shared) {
+    run_shared(c, l, x, rows, d, shared_inputs(c), out);
+    if (residual != nullptr) c.kt->add(out, residual, rows * d, out);
+  }
 }
 
 }  // namespace
@@ -212,6 +343,10 @@ void run_Moe(const OpCall& c) {
       slot_of[t * k + j] = r;
       order[r] = static_cast<int32_t>(t);
     }
+  if (run_by_expert(c, l, {n_exp, per, d, f, swiglu, dt}, x)) {
+    combine_rows(c, l, x, rows, d, k, residual);
+    return;
+  }
   // The copies split across the threads when there are enough of them.
   const int64_t entries = offs[n_exp];
   auto gather = [&](int64_t b, int64_t e) {
@@ -257,13 +392,13 @@ void run_Moe(const OpCall& c) {
   });
 
   // 5. Down projections; chunks of D columns (the hidden rows rounded once,
-  //    as in 4; the up projections' rounded rows are dead by now). Then, on
+  //    as in 4). Then, on
   //    the same chunk while it is in cache, 6: each token's weighted sum in
   //    choice order (and its residual). A chunk's columns of every expert's
   //    result are this thread's own, so no barrier comes between; an
   //    element's sum does not depend on the chunk (axpy and add are
   //    elementwise).
-  const ActRows ha = prepare_rows(c, dt, offs[n_exp], f, hbuf, f, prep);
+  const ActRows ha = prepare_rows(c, dt, offs[n_exp], f, hbuf, f, at<uint8_t>(c.workspace, l.prep_h));
   float* out = c.out[0].f32();
   const bool shared = l.sh_h != 0;
   c.pool->parallel_for(d, 16, [&](int64_t b, int64_t e) {
