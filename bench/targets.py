@@ -104,6 +104,22 @@ def add_round(
             row.values.append(frac if isinstance(frac, (int, float)) and frac > 0 else None)
 
 
+def placement_line(round_profiles: Sequence[dict[str, dict]], precisions: Sequence[str]) -> str:
+    """One line: the core round trip k3 profile measured before and after each
+    prefill (ns; about 50 where the two threads' cores share an L3, 300 and
+    more where they do not, which makes two-thread prefill slower; see
+    docs/performance.md). "-" where a profile did not measure it."""
+    parts = []
+    for i, profiles in enumerate(round_profiles):
+        cells = []
+        for p in precisions:
+            rt = profiles.get(p, {}).get("core_round_trip_ns")
+            ok = isinstance(rt, list) and len(rt) == 2 and all(isinstance(v, (int, float)) for v in rt)
+            cells.append(f"{p} {rt[0]:.0f}/{rt[1]:.0f}" if ok else f"{p} -")
+        parts.append(f"round {i + 1}: " + ", ".join(cells))
+    return "core round trip before/after each prefill profile (ns): " + "; ".join(parts) + "\n"
+
+
 def _pct(v: Optional[float]) -> str:
     return "-" if v is None else f"{100.0 * v:.1f}"
 
@@ -201,6 +217,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raw.append({"bench": bench_json, "profiles": profiles})
     table = markdown_table(rows, args.rounds)
     print(table, end="")
+    print(placement_line([r["profiles"] for r in raw], precisions), end="")
     if args.markdown:
         Path(args.markdown).write_text(table)
     if args.json:

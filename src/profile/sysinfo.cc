@@ -293,6 +293,49 @@ double timed_run(ThreadPool& pool, Body& body) {
   return seconds_since(t0);
 }
 
+}  // namespace
+
+double measure_round_trip_ns(ThreadPool& pool, int trips) {
+  if (pool.size() < 2 || trips < 5) return 0;
+  struct alignas(64) Line {
+    std::atomic<int> v{0};
+  };
+  Line ball, ready;
+  std::vector<double> batches;
+  const int per = trips / 5;
+  pool.run_on_each_thread([&](int t, int) {
+    if (t > 1) return;
+    // Both threads running before the first throw; past a few thousand
+    // spins a waiting thread yields (two threads on one core would
+    // otherwise spin away whole time slices).
+    auto wait_for = [](const std::atomic<int>& a, int want) {
+      for (int spins = 0; a.load(std::memory_order_acquire) != want; ++spins) {
+        __builtin_ia32_pause();
+        if (spins > 4000) std::this_thread::yield();
+      }
+    };
+    ready.v.fetch_add(1, std::memory_order_acq_rel);
+    wait_for(ready.v, 2);
+    int n = 0;
+    for (int b = 0; b < 5; ++b) {
+      const Clock::time_point t0 = Clock::now();
+      for (int i = 0; i < per; ++i, n += 2) {
+        if (t == 0) {
+          ball.v.store(n + 1, std::memory_order_release);
+          wait_for(ball.v, n + 2);
+        } else {
+          wait_for(ball.v, n + 1);
+          ball.v.store(n + 2, std::memory_order_release);
+        }
+      }
+      if (t == 0) batches.push_back(seconds_since(t0) * 1e9 / per);
+    }
+  });
+  return median(std::move(batches));
+}
+
+namespace {
+
 // GB/s of `bytes` moved by pass() on the pool: one warm-up pass (page
 // mappings, prefetcher training, clock ramp), then the median of `reps`.
 template <typename Pass>
@@ -556,6 +599,7 @@ nlohmann::json SysInfo::to_json() const {
   j["amx_bf16_gflops_per_core"] = optional_json(amx_bf16_gflops_per_core);
   j["amx_int8_gops_per_core"] = optional_json(amx_int8_gops_per_core);
   j["int8_gops_per_core"] = optional_json(int8_gops_per_core);
+  j["core_round_trip_ns"] = optional_json(core_round_trip_ns);
   j["bytes_per_measurement"] = bytes_per_measurement;
   j["repetitions"] = repetitions;
   j["measured_at"] = measured_at;
@@ -597,6 +641,8 @@ StatusOr<SysInfo> SysInfo::from_json(const nlohmann::json& j) {
   if (j.contains("amx_int8_gops_per_core"))
     K3_RETURN_IF_ERROR(get_optional_number(j, "amx_int8_gops_per_core", s.amx_int8_gops_per_core));
   K3_RETURN_IF_ERROR(get_optional_number(j, "int8_gops_per_core", s.int8_gops_per_core));
+  if (j.contains("core_round_trip_ns"))
+    K3_RETURN_IF_ERROR(get_optional_number(j, "core_round_trip_ns", s.core_round_trip_ns));
   K3_RETURN_IF_ERROR(get_int(j, "bytes_per_measurement", s.bytes_per_measurement, 0));
   K3_RETURN_IF_ERROR(get_int(j, "repetitions", s.repetitions, 0));
   K3_RETURN_IF_ERROR(get_string(j, "measured_at", s.measured_at));
@@ -678,6 +724,7 @@ StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& requested) {
   if (cpu_has_amx()) info.amx_bf16_gflops_per_core = peak(detail::tdpbf16_loop_amx, nullptr);
   if (cpu_has_amx_int8()) info.amx_int8_gops_per_core = peak(detail::tdpbssd_loop_amx, nullptr);
   if (cpu_has_vnni()) info.int8_gops_per_core = peak(detail::dpbusd_loop_avx512, nullptr);
+  if (all.size() > 1) info.core_round_trip_ns = measure_round_trip_ns(all);
   return info;
 }
 
@@ -796,6 +843,10 @@ int PeakProbe::threads() const {
   return impl_->pool.size();
 }
 
+double PeakProbe::round_trip_ns() {
+  return measure_round_trip_ns(impl_->pool);
+}
+
 StatusOr<PeaksNow> PeakProbe::measure(double seconds, int runs) {
   if (runs < 1) return invalid_argument("peak probe: runs must be at least 1");
   if (!(seconds > 0) || seconds > 10) return invalid_argument("peak probe: seconds must be in (0, 10]");
@@ -806,6 +857,7 @@ StatusOr<PeaksNow> PeakProbe::measure(double seconds, int runs) {
   if (cpu_has_bf16()) p.bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::dpbf16_loop_avx512) / 1e9;
   if (cpu_has_amx()) p.amx_bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::tdpbf16_loop_amx) / 1e9;
   if (cpu_has_vnni()) p.int8_gops = peak_ops_per_s(pool, seconds, runs, detail::dpbusd_loop_avx512) / 1e9;
+  p.round_trip_ns = measure_round_trip_ns(pool);  // the same threads, right after
   return p;
 }
 

@@ -17,6 +17,10 @@
 
 #include "util/status.h"
 
+namespace k3 {
+class ThreadPool;
+}
+
 namespace k3::profile {
 
 // Bumped whenever what is measured, or how, changes: older cache entries are
@@ -49,6 +53,11 @@ struct SysInfo {
   // the tile unit"): the machine's int8 peak. nullopt: no AMX-INT8.
   std::optional<double> amx_int8_gops_per_core;
   std::optional<double> int8_gops_per_core;    // vpdpbusd (AVX512-VNNI); nullopt: the CPU lacks it
+  // Two threads handing a cache line back and forth: ns per round trip
+  // (measure_round_trip_ns); nullopt with one thread. About 50 where the two
+  // cores share an L3, 300 and more where they do not, which costs every
+  // multi-threaded step that hands data between them (docs/performance.md).
+  std::optional<double> core_round_trip_ns;
 
   int64_t bytes_per_measurement = 0;  // bytes one read measurement streams
   int repetitions = 0;                // bandwidth numbers are the median of this many
@@ -137,11 +146,17 @@ class ReadProbe {
 // prefill judges its step against peaks taken right after it rather than
 // sysinfo's cached ones. Like ReadProbe it owns its threads: create it
 // before anything pins the calling thread.
+// Median ns for threads 0 and 1 of `pool` to hand one cache line to each
+// other and back, over `trips` round trips in 5 batches; 0 if the pool has
+// one thread.
+double measure_round_trip_ns(ThreadPool& pool, int trips = 20000);
+
 struct PeaksNow {
   double fp32_gflops = 0;
   double bf16_gflops = 0;  // vdpbf16ps
   double amx_bf16_gflops = 0;  // TDPBF16PS (0: no AMX)
   double int8_gops = 0;    // vpdpbusd
+  double round_trip_ns = 0;  // measure_round_trip_ns on the probe's threads (0: one thread)
 };
 
 class PeakProbe {
@@ -155,6 +170,8 @@ class PeakProbe {
   // method). seconds in (0, 10], runs >= 1.
   StatusOr<PeaksNow> measure(double seconds = 0.01, int runs = 10);
   int threads() const;
+  // measure_round_trip_ns on the probe's threads.
+  double round_trip_ns();
 
  private:
   struct Impl;

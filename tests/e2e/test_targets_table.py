@@ -88,3 +88,15 @@ def test_bad_arguments_are_one_line_errors(argv: list[str], message: str) -> Non
     with pytest.raises(SystemExit) as e:
         t.main(["--model", "unused"] + argv)
     assert message in str(e.value)
+
+
+def test_placement_line_reports_each_profile_round_trip() -> None:
+    t = _targets()
+    rounds = [
+        {"bf16": {"core_round_trip_ns": [51.2, 49.8]}, "int8": {"core_round_trip_ns": [330.0, 52.4]}},
+        {"bf16": {"core_round_trip_ns": None}, "int8": {}},
+    ]
+    line = t.placement_line(rounds, ["bf16", "int8"])
+    assert line.startswith("core round trip before/after each prefill profile (ns): ")
+    assert "round 1: bf16 51/50, int8 330/52" in line
+    assert "round 2: bf16 -, int8 -" in line

@@ -75,6 +75,9 @@ TEST(SysInfo, MeasuresPositiveFiniteNumbers) {
   __builtin_cpu_init();
   EXPECT_EQ(s->bf16_gflops_per_core.has_value(), static_cast<bool>(__builtin_cpu_supports("avx512bf16")));
   EXPECT_EQ(s->int8_gops_per_core.has_value(), static_cast<bool>(__builtin_cpu_supports("avx512vnni")));
+  // Measured with 2 threads (small_options), positive and finite.
+  ASSERT_TRUE(s->core_round_trip_ns.has_value());
+  EXPECT_TRUE(positive_finite(*s->core_round_trip_ns));
   if (s->bf16_gflops_per_core) {
     EXPECT_TRUE(positive_finite(*s->bf16_gflops_per_core));
   }
@@ -236,6 +239,15 @@ TEST(PeakProbe, MeasuresThePeaksThisCpuHasAndRejectsBadOptions) {
   EXPECT_FALSE((*probe)->measure(0.0, 2).ok());
   EXPECT_FALSE((*probe)->measure(0.002, 0).ok());
   EXPECT_FALSE(PeakProbe::create(0).ok());
+  // Two threads handing a line back and forth take some time, and far less
+  // than a second; one thread has no one to hand it to.
+  EXPECT_TRUE(std::isfinite(now->round_trip_ns) && now->round_trip_ns > 0 && now->round_trip_ns < 1e9)
+      << now->round_trip_ns;
+  const double rt = (*probe)->round_trip_ns();
+  EXPECT_TRUE(rt > 0 && rt < 1e9) << rt;
+  auto one = PeakProbe::create(1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)->round_trip_ns(), 0.0);
 }
 
 TEST(SysInfo, BestReadUsesNearestMeasuredThreadCount) {
@@ -273,6 +285,7 @@ SysInfo sample(bool with_low_precision) {
     s.int8_gops_per_core = 810.0;
     s.amx_bf16_gflops_per_core = 3449.5;
     s.amx_int8_gops_per_core = 6898.25;
+    s.core_round_trip_ns = 51.5;
   }
   s.bytes_per_measurement = int64_t{256} << 20;
   s.repetitions = 5;
@@ -302,6 +315,7 @@ void expect_same(const SysInfo& a, const SysInfo& b) {
   EXPECT_EQ(a.int8_gops_per_core, b.int8_gops_per_core);
   EXPECT_EQ(a.amx_bf16_gflops_per_core, b.amx_bf16_gflops_per_core);
   EXPECT_EQ(a.amx_int8_gops_per_core, b.amx_int8_gops_per_core);
+  EXPECT_EQ(a.core_round_trip_ns, b.core_round_trip_ns);
   EXPECT_EQ(a.bytes_per_measurement, b.bytes_per_measurement);
   EXPECT_EQ(a.repetitions, b.repetitions);
   EXPECT_EQ(a.measured_at, b.measured_at);
@@ -323,8 +337,18 @@ TEST(SysInfoJson, RoundTripsThroughText) {
   }
 }
 
-// Caches written before the AMX peaks existed still load, without them.
+// Caches written before the AMX peaks (and the round trip) existed still
+// load, without them.
 TEST(SysInfoJson, ReadsACacheWithoutTheAmxPeaks) {
+  {
+    nlohmann::json j = sample(true).to_json();
+    j.erase("core_round_trip_ns");
+    auto back = SysInfo::from_json(j);
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_FALSE(back->core_round_trip_ns.has_value());
+    j["core_round_trip_ns"] = "near";
+    EXPECT_FALSE(SysInfo::from_json(j).ok());
+  }
   for (const char* key : {"amx_bf16_gflops_per_core", "amx_int8_gops_per_core"}) {
     nlohmann::json j = sample(true).to_json();
     j.erase(key);

@@ -128,6 +128,11 @@ int run_profile(const ProfileFlags& f) {
   else
     lim = machine_limits(e.threads(), f.refresh_sysinfo, e.kernels().isa == kernels::Isa::kAmx);
 
+  // Where the threads sit (sysinfo.h, measure_round_trip_ns): before and
+  // after the steps, for prefill (whose threads hand activations to each
+  // other); a host may move its vCPUs in between.
+  double round_trip_before = 0, round_trip_after = 0;
+  if (peak_probe != nullptr) round_trip_before = peak_probe->round_trip_ns();
   auto run = profile::run_profile(e, po);
   if (!run.ok()) return report(run.status());
   // The machine's bandwidth drifts on a shared host: the read limit is
@@ -147,6 +152,7 @@ int run_profile(const ProfileFlags& f) {
       }
       if (now->int8_gops > 0) lim.int8_peak_gops = now->int8_gops;
       lim.source += "; compute peaks re-measured after the profiled steps, all threads at once";
+      round_trip_after = now->round_trip_ns;
     }
   }
   const profile::ProfileReport rep = profile::build_report(*run->profiler, lim);
@@ -172,6 +178,8 @@ int run_profile(const ProfileFlags& f) {
     j["allocations_during_steps"] = run->allocations >= 0 ? nlohmann::json(run->allocations) : nlohmann::json(nullptr);
     j["trace"] = f.trace.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.trace);
     j["weights_memory"] = e.weights_memory();
+    j["core_round_trip_ns"] =
+        round_trip_before > 0 ? nlohmann::json{round_trip_before, round_trip_after} : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -179,6 +187,11 @@ int run_profile(const ProfileFlags& f) {
               f.model.c_str(), f.phase.c_str(), static_cast<long>(f.batch), static_cast<long>(f.context), e.threads(),
               kernels::table_label(e.kernels()).c_str(), static_cast<long>(f.steps), static_cast<long>(f.warmup));
   std::printf("weights %s\n", e.weights_memory().c_str());
+  if (round_trip_before > 0)
+    std::printf(
+        "core round trip %.0f ns before the steps, %.0f after (about 50: the threads' cores share an L3; 300 "
+        "and more: they do not, and handing data between them costs; docs/performance.md)\n",
+        round_trip_before, round_trip_after);
   std::printf("%s\n", profile::format_report(rep, f.top).c_str());
   std::printf("%s", profile::format_counters(run->counters).c_str());
   std::printf("same step without profiler hooks: %.4f ms median (profiled: %.4f ms median)\n", run->unprofiled_step_ms,

@@ -51,6 +51,11 @@ void print_table(const profile::SysInfo& s) {
   std::printf("peak bf16 amx      %s\n", optional_text(s.amx_bf16_gflops_per_core, "GFLOP/s").c_str());
   std::printf("peak int8 amx      %s\n", optional_text(s.amx_int8_gops_per_core, "GOP/s").c_str());
   std::printf("peak int8 dot      %s\n", optional_text(s.int8_gops_per_core, "GOP/s").c_str());
+  if (s.core_round_trip_ns)
+    std::printf(
+        "core round trip    %.0f ns (threads 0 and 1 handing a cache line back and forth; about 50 where two "
+        "cores share an L3, 300 and more where they do not)\n",
+        *s.core_round_trip_ns);
   std::printf("measured           %s, %s per read pass, median of %d\n\n", s.measured_at.c_str(), bytes_text(s.bytes_per_measurement).c_str(),
               s.repetitions);
   std::printf("%-8s %7s %8s %9s\n", "test", "threads", "streams", "GB/s");
