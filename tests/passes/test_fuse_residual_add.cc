@@ -22,6 +22,11 @@ using test::test_weights;
 
 constexpr int64_t kD = 32, kF = 16;
 
+// x [3, kD] (tokens), the graph's input.
+int input_x(ir::Graph& g) {
+  return g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+}
+
 int linear(ir::Graph& g, const std::string& name, int x, int64_t n = kD, std::vector<ir::Attr> attrs = {}) {
   return node(g, OpKind::kLinear, name,
               {x, g.add_weight(name + ".weight", DType::kF32, {n, kD}, test_weights().data())}, std::move(attrs));
@@ -40,7 +45,7 @@ int moe(ir::Graph& g, const std::string& name, int x) {
 // One decoder layer's residual stream: h1 = x + wo(x), h2 = h1 + moe(h1).
 ir::Graph layer() {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   const int o = linear(g, "attn.wo", x);
   const int h1 = node(g, OpKind::kAdd, "attn.residual", {x, o});
   const int y = moe(g, "moe", h1);
@@ -91,7 +96,7 @@ TEST(FuseResidualAdd, FusesBothResidualsOfALayer) {
 // residual comes after it).
 TEST(FuseResidualAdd, FusesTheOpAsEitherOperandAndKeepsTheBias) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   const int b = g.add_weight("wo.bias", DType::kF32, {kD}, test_weights().data() + 50);
   const int o =
       node(g, OpKind::kLinear, "wo", {x, g.add_weight("wo.weight", DType::kF32, {kD, kD}, test_weights().data()), b});
@@ -107,7 +112,7 @@ TEST(FuseResidualAdd, FusesTheOpAsEitherOperandAndKeepsTheBias) {
 // The residual computed after the op: the fused node moves to the Add's place.
 TEST(FuseResidualAdd, TakesTheAddsPlaceAfterALaterResidual) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   const int y = linear(g, "a", x);
   const int h = linear(g, "b", x, kD, {{"scale", 0.5}});
   g.mark_output(node(g, OpKind::kAdd, "res", {h, y}));
@@ -134,14 +139,14 @@ void expect_unchanged(ir::Graph g, const char* why, const char* note = nullptr) 
 
 TEST(FuseResidualAdd, NotAnAddWithAScale) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   g.mark_output(node(g, OpKind::kAdd, "res", {x, linear(g, "wo", x)}, {{"scale", 0.5}}));
   expect_unchanged(std::move(g), "scale 0.5", "has a scale");
 }
 
 TEST(FuseResidualAdd, NotAnOperandMadeByAnotherOp) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   const int n = node(g, OpKind::kRmsNorm, "norm", {x, g.add_weight("norm.w", DType::kF32, {kD}, test_weights().data())},
                      {{"eps", 1e-5}});
   g.mark_output(node(g, OpKind::kAdd, "res", {x, n}));
@@ -150,7 +155,7 @@ TEST(FuseResidualAdd, NotAnOperandMadeByAnotherOp) {
 
 TEST(FuseResidualAdd, NotASplitLinear) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   auto outs =
       g.add_node(OpKind::kLinear, "qk", {x, g.add_weight("qk.w", DType::kF32, {2 * kD, kD}, test_weights().data())},
                  {{"splits", std::vector<int64_t>{kD, kD}}}, 2);
@@ -162,7 +167,7 @@ TEST(FuseResidualAdd, NotASplitLinear) {
 
 TEST(FuseResidualAdd, NotAResultWithAnotherReader) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   const int o = linear(g, "wo", x);
   g.mark_output(node(g, OpKind::kAdd, "res", {x, o}));
   g.mark_output(node(g, OpKind::kAdd, "other", {o, o}));
@@ -171,7 +176,7 @@ TEST(FuseResidualAdd, NotAResultWithAnotherReader) {
 
 TEST(FuseResidualAdd, NotAResultThatIsAGraphOutput) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   const int o = linear(g, "wo", x);
   g.mark_output(o);
   g.mark_output(node(g, OpKind::kAdd, "res", {x, o}));
@@ -181,7 +186,7 @@ TEST(FuseResidualAdd, NotAResultThatIsAGraphOutput) {
 // Add(y, y): y's one reader reads it twice.
 TEST(FuseResidualAdd, NotTheSameValueTwice) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   const int o = linear(g, "wo", x);
   g.mark_output(node(g, OpKind::kAdd, "res", {o, o}));
   expect_unchanged(std::move(g), "Add(o, o)", "other readers");
@@ -198,7 +203,7 @@ TEST(FuseResidualAdd, NotAnOpThatHasAResidualAlready) {
 std::string residual_error(std::vector<int64_t> shape, DType dt = DType::kF32, int64_t attr = 1,
                            std::vector<int64_t> splits = {}) {
   ir::Graph g;
-  const int x = g.add_input("x", DType::kF32, {3, kD}, ir::RowDim::kTokens);
+  const int x = input_x(g);
   const int r = g.add_input("r", dt, std::move(shape), ir::RowDim::kTokens);
   std::vector<ir::Attr> attrs{{"residual", attr}};
   const int outs = splits.empty() ? 1 : static_cast<int>(splits.size());
