@@ -137,7 +137,8 @@ void run_shared(const OpCall& c, const MoeLayout& l, const float* x, int64_t row
 // the split is used only when the busiest thread gets at most
 // kMaxExpertImbalance times the mean, and when there are at least
 // kExpertSplitMinRows rows (prefill; decode's few rows keep the column
-// split, which streams every expert on both threads). False: not used.
+// split, which streams every expert on both threads). Returns whether it
+// ran (false: the caller takes the column split).
 constexpr int64_t kExpertSplitMinRows = 64;
 constexpr int64_t kExpertFixedRows = 4;
 constexpr double kMaxExpertImbalance = 1.1;
@@ -231,29 +232,30 @@ int64_t shared_ff(const OpCall& c) {
   return c.node->attr_int("shared", 0) != 0 ? shared_inputs(c)[0].dim(0) : 0;
 }
 
-// 6 after run_by_expert: each token's weighted sum of its experts' rows in
-// choice order, rows split across the threads (the next op, a norm, splits
-// rows too); then the shared expert, if any, and the residual, if any.
-void combine_rows(const OpCall& c, const MoeLayout& l, const float* x, int64_t rows, int64_t d, int64_t k,
-                  const float* residual) {
+// Columns [b, e) of token t's output: its experts' rows weighted in choice
+// order, then the residual unless a shared expert still has to be added
+// (finish_output does it then). Elementwise, so an element's sum does not
+// depend on the column range.
+void combine(const OpCall& c, const MoeLayout& l, int64_t t, int64_t d, int64_t k, int64_t b, int64_t e,
+             const float* residual) {
   const float* wts = at<float>(c.workspace, l.wts);
   const int32_t* slot_of = at<int32_t>(c.workspace, l.slot_of);
   const float* ybuf = at<float>(c.workspace, l.ybuf);
+  float* o = c.out[0].f32() + t * d + b;
+  std::memset(o, 0, static_cast<size_t>(e - b) * 4);
+  for (int64_t j = 0; j < k; ++j)
+    c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d + b, e - b, o);
+  if (residual != nullptr && l.sh_h == 0) c.kt->add(o, residual + t * d + b, e - b, o);
+}
+
+// After the routed experts: the shared expert, if any, then the residual
+// (fuse-residual-add), if any and not added by combine.
+void finish_output(const OpCall& c, const MoeLayout& l, const float* x, int64_t rows, int64_t d,
+                   const float* residual) {
+  if (l.sh_h == 0) return;
   float* out = c.out[0].f32();
-  const bool shared = l.sh_h != 0;
-  c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      float* o = out + t * d;
-      std::memset(o, 0, static_cast<size_t>(d) * 4);
-      for (int64_t j = 0; j < k; ++j)
-        c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d, d, o);
-      if (residual != nullptr && !shared) c.kt->add(o, residual + t * d, d, o);
-    }
-  });
-  if (shared) {
-    run_shared(c, l, x, rows, d, shared_inputs(c), out);
-    if (residual != nullptr) c.kt->add(out, residual, rows * d, out);
-  }
+  run_shared(c, l, x, rows, d, shared_inputs(c), out);
+  if (residual != nullptr) c.kt->add(out, residual, rows * d, out);
 }
 
 }  // namespace
@@ -328,8 +330,8 @@ void run_Moe(const OpCall& c) {
   const float* residual = res >= 0 ? c.in[res].f32() : nullptr;
   if (c.node->attr_int("dense") != 0) {
     run_dense(c, x, rows, d, f, n_exp, k, per, swiglu, sel, wts, hbuf, gbuf, ybuf);
-    if (l.sh_h != 0) run_shared(c, l, x, rows, d, shared_inputs(c), c.out[0].f32());
-    if (residual != nullptr) c.kt->add(c.out[0].f32(), residual, rows * d, c.out[0].f32());
+    if (residual != nullptr && l.sh_h == 0) c.kt->add(c.out[0].f32(), residual, rows * d, c.out[0].f32());
+    finish_output(c, l, x, rows, d, residual);
     return;
   }
 
@@ -344,7 +346,11 @@ void run_Moe(const OpCall& c) {
       order[r] = static_cast<int32_t>(t);
     }
   if (run_by_expert(c, l, {n_exp, per, d, f, swiglu, dt}, x)) {
-    combine_rows(c, l, x, rows, d, k, residual);
+    // 6 by rows (tokens), as the next op, a norm, splits them.
+    c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) combine(c, l, t, d, k, 0, d, residual);
+    });
+    finish_output(c, l, x, rows, d, residual);
     return;
   }
   // The copies split across the threads when there are enough of them.
@@ -392,15 +398,11 @@ void run_Moe(const OpCall& c) {
   });
 
   // 5. Down projections; chunks of D columns (the hidden rows rounded once,
-  //    as in 4). Then, on
-  //    the same chunk while it is in cache, 6: each token's weighted sum in
-  //    choice order (and its residual). A chunk's columns of every expert's
-  //    result are this thread's own, so no barrier comes between; an
-  //    element's sum does not depend on the chunk (axpy and add are
-  //    elementwise).
+  //    as in 4). Then, on the same chunk while it is in cache, 6: each
+  //    token's weighted sum in choice order (and its residual). A chunk's
+  //    columns of every expert's result are this thread's own, so no
+  //    barrier comes between.
   const ActRows ha = prepare_rows(c, dt, offs[n_exp], f, hbuf, f, at<uint8_t>(c.workspace, l.prep_h));
-  float* out = c.out[0].f32();
-  const bool shared = l.sh_h != 0;
   c.pool->parallel_for(d, 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
@@ -409,18 +411,9 @@ void run_Moe(const OpCall& c) {
       gemm_weight(c.kt, cnt, b, e, f, ha.from(r0), c.in[2 + ex * per + per - 1], ybuf + r0 * d, d, 0,
                   nx < n_exp ? next_rows(c.in[2 + nx * per + per - 1], f, b, e) : kernels::ReadNext{});
     }
-    for (int64_t t = 0; t < rows; ++t) {
-      float* o = out + t * d + b;
-      std::memset(o, 0, static_cast<size_t>(e - b) * 4);
-      for (int64_t j = 0; j < k; ++j)
-        c.kt->axpy(wts[t * k + j], ybuf + static_cast<int64_t>(slot_of[t * k + j]) * d + b, e - b, o);
-      if (residual != nullptr && !shared) c.kt->add(o, residual + t * d + b, e - b, o);
-    }
+    for (int64_t t = 0; t < rows; ++t) combine(c, l, t, d, k, b, e, residual);
   });
-  if (shared) {  // the shared expert's share comes before the residual
-    run_shared(c, l, x, rows, d, shared_inputs(c), out);
-    if (residual != nullptr) c.kt->add(out, residual, rows * d, out);
-  }
+  finish_output(c, l, x, rows, d, residual);
 }
 
 }  // namespace k3::runtime
