@@ -90,11 +90,12 @@ class ThreadPool {
   }
 
   // As parallel_for, in one chunk per thread. The caller claims first, so
-  // chunk t nearly always runs on thread t, and ops that split the same rows
-  // this way read what the op before them wrote from their own core's
-  // caches. (Where two cores share no L3, a prefill step that handed every
-  // activation to the other core cost 35% more; docs/performance.md.) A
-  // thread that is late still leaves its chunk to the others.
+  // with two threads chunk t nearly always runs on thread t, and ops that
+  // split the same rows this way read what the op before them wrote from
+  // their own core's caches. (Where two cores share no L3, a prefill step
+  // that handed every activation to the other core cost 35% more;
+  // docs/performance.md.) A late thread's chunk is still claimed by
+  // whichever thread is free first.
   template <typename F>
   void parallel_for_even(int64_t n, int64_t align, F&& f) {
     if (n <= 0) return;
