@@ -315,9 +315,11 @@ void moe_weight_dtype_case(ir::DType dt, bool swiglu, bool many = false) {
 // run_by_expert): two experts, top 2, so each has every token's row and the
 // split is even, which the op then takes on 2 threads; 1 thread takes the
 // column split. Same bits either way, and within tolerance of the reference.
-void moe_expert_split_case(ir::DType dt, bool swiglu, bool residual) {
+// With `many`, enough rows (kParallelValues values) that the routing splits
+// them across the threads too.
+void moe_expert_split_case(ir::DType dt, bool swiglu, bool residual, bool many = false) {
   OpTester t;
-  const int64_t e = 2, d = 64, f = 96, tokens = 40;
+  const int64_t e = 2, d = 64, f = 96, tokens = many ? kParallelValues / d + 5 : 40;
   int x = t.f32("x", {tokens, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
   for (int64_t i = 0; i < e; ++i) {
@@ -360,6 +362,7 @@ void test_Moe() {
     moe_expert_split_case(dt, false, false);
     moe_expert_split_case(dt, true, true);
   }
+  moe_expert_split_case(ir::DType::kQ8, false, true, /*many=*/true);
 }
 
 void test_GatherRows() {

@@ -297,32 +297,40 @@ void run_Moe(const OpCall& c) {
   float* ybuf = at<float>(c.workspace, l.ybuf);
   const float* x = c.in[0].f32();
 
-  // 1. Gate logits [rows, E] (E is small: one call on this thread).
-  c.kt->gemm_nt(rows, 0, n_exp, d, x, d, c.in[1].f32(), d, logits, n_exp);
-
-  // 2. Top-k per token (ties to the lower index) and softmax over the chosen.
-  for (int64_t e = 0; e < n_exp; ++e) count[e] = 0;
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* lg = logits + t * n_exp;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < n_exp; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i) taken |= sel[t * k + i] == e;
-        if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+  // 1-2. Per token: gate logits [E], top-k (ties to the lower index) and
+  //      the softmax over the chosen. Prefill's rows split across the
+  //      threads as the norm before split them (a token's logits do not
+  //      depend on the rows beside it: gemm_nt's contract); decode's few
+  //      on this thread.
+  auto route = [&](int64_t b, int64_t e) {
+    c.kt->gemm_nt(e - b, 0, n_exp, d, x + b * d, d, c.in[1].f32(), d, logits + b * n_exp, n_exp);
+    for (int64_t t = b; t < e; ++t) {
+      const float* lg = logits + t * n_exp;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t best = -1;
+        for (int64_t ex = 0; ex < n_exp; ++ex) {
+          bool taken = false;
+          for (int64_t i = 0; i < j; ++i) taken |= sel[t * k + i] == ex;
+          if (!taken && (best < 0 || lg[ex] > lg[best])) best = ex;
+        }
+        sel[t * k + j] = static_cast<int32_t>(best);
       }
-      sel[t * k + j] = static_cast<int32_t>(best);
-      ++count[best];
+      const float mx = lg[sel[t * k]];
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += (wts[t * k + j] = std::exp(lg[sel[t * k + j]] - mx));
+      if (!renormalize) {  // softmax over every expert; the chosen keep their share
+        sum = 0.0f;
+        for (int64_t ex = 0; ex < n_exp; ++ex) sum += std::exp(lg[ex] - mx);
+      }
+      for (int64_t j = 0; j < k; ++j) wts[t * k + j] /= sum;
     }
-    const float mx = lg[sel[t * k]];
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) sum += (wts[t * k + j] = std::exp(lg[sel[t * k + j]] - mx));
-    if (!renormalize) {  // softmax over every expert; the chosen keep their share
-      sum = 0.0f;
-      for (int64_t e = 0; e < n_exp; ++e) sum += std::exp(lg[e] - mx);
-    }
-    for (int64_t j = 0; j < k; ++j) wts[t * k + j] /= sum;
-  }
+  };
+  if (rows * d < kParallelValues)
+    route(0, rows);
+  else
+    c.pool->parallel_for_even(rows, 1, route);
+  for (int64_t ex = 0; ex < n_exp; ++ex) count[ex] = 0;
+  for (int64_t i = 0; i < rows * k; ++i) ++count[sel[i]];
 
   // The residual (fuse-residual-add), if any: added to each finished output
   // row, as the Add it replaces did.
