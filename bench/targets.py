@@ -106,9 +106,8 @@ def add_round(
 
 def placement_line(round_profiles: Sequence[dict[str, dict]], precisions: Sequence[str]) -> str:
     """One line: the core round trip k3 profile measured before and after each
-    prefill (ns; about 50 where the two threads' cores share an L3, 300 and
-    more where they do not, which makes two-thread prefill slower; see
-    docs/performance.md). "-" where a profile did not measure it."""
+    prefill (ns; 50-65 and 300-400 in the two placements of the host in
+    docs/performance.md, the second slowing two-thread prefill). "-" where a profile did not measure it."""
     parts = []
     for i, profiles in enumerate(round_profiles):
         cells = []

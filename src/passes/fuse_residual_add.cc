@@ -38,14 +38,6 @@ namespace {
 
 using ir::OpKind;
 
-// The index of the node that produces value `v` (-1: none, an input or weight).
-std::vector<int> producers(const ir::Graph& g) {
-  std::vector<int> p(g.values().size(), -1);
-  for (size_t ni = 0; ni < g.nodes().size(); ++ni)
-    for (int v : g.nodes()[ni].outputs) p[static_cast<size_t>(v)] = static_cast<int>(ni);
-  return p;
-}
-
 bool fusable_producer(const ir::Node& n) {
   if (n.find_attr("residual") != nullptr) return false;
   if (n.op == OpKind::kMoe) return true;
@@ -56,7 +48,6 @@ bool fusable_producer(const ir::Node& n) {
 
 StatusOr<bool> FuseResidualAdd::run(ir::Graph& g) {
   const std::vector<int> uses = count_uses(g);
-  const std::vector<int> made_by = producers(g);
   std::vector<bool> keep(g.nodes().size(), true);
   std::vector<ir::Node>& nodes = g.mutable_nodes();
   for (size_t ai = 0; ai < nodes.size(); ++ai) {
@@ -65,7 +56,7 @@ StatusOr<bool> FuseResidualAdd::run(ir::Graph& g) {
     // The op's result as the second operand first (a decoder's h + f(h)).
     for (int side : {1, 0}) {
       const int y = add.inputs[static_cast<size_t>(side)], h = add.inputs[static_cast<size_t>(1 - side)];
-      const int p = made_by[static_cast<size_t>(y)];
+      const int p = g.value(y).producer;  // -1: an input or weight
       if (p < 0 || !keep[static_cast<size_t>(p)]) continue;
       const ir::Node& op = nodes[static_cast<size_t>(p)];
       if (op.op != OpKind::kLinear && op.op != OpKind::kMoe) continue;

@@ -299,38 +299,35 @@ double measure_round_trip_ns(ThreadPool& pool, int trips) {
   if (pool.size() < 2 || trips < 5) return 0;
   struct alignas(64) Line {
     std::atomic<int> v{0};
-  };
-  Line ball, ready;
-  std::vector<double> batches;
+  } ball;
   const int per = trips / 5;
-  pool.run_on_each_thread([&](int t, int) {
+  // Threads 0 and 1 throw the ball (an increasing count) back and forth;
+  // the others return at once. Past a few thousand spins a waiting thread
+  // yields (two threads on one core would otherwise spin away whole time
+  // slices).
+  auto body = [&](int t, int) {
     if (t > 1) return;
-    // Both threads running before the first throw; past a few thousand
-    // spins a waiting thread yields (two threads on one core would
-    // otherwise spin away whole time slices).
-    auto wait_for = [](const std::atomic<int>& a, int want) {
-      for (int spins = 0; a.load(std::memory_order_acquire) != want; ++spins) {
+    auto wait_for = [&](int want) {
+      for (int spins = 0; ball.v.load(std::memory_order_acquire) != want; ++spins) {
         __builtin_ia32_pause();
         if (spins > 4000) std::this_thread::yield();
       }
     };
-    ready.v.fetch_add(1, std::memory_order_acq_rel);
-    wait_for(ready.v, 2);
-    int n = 0;
-    for (int b = 0; b < 5; ++b) {
-      const Clock::time_point t0 = Clock::now();
-      for (int i = 0; i < per; ++i, n += 2) {
-        if (t == 0) {
-          ball.v.store(n + 1, std::memory_order_release);
-          wait_for(ball.v, n + 2);
-        } else {
-          wait_for(ball.v, n + 1);
-          ball.v.store(n + 2, std::memory_order_release);
-        }
+    for (int n = 0; n < 2 * per; n += 2) {
+      if (t == 0) {
+        ball.v.store(n + 1, std::memory_order_release);
+        wait_for(n + 2);
+      } else {
+        wait_for(n + 1);
+        ball.v.store(n + 2, std::memory_order_release);
       }
-      if (t == 0) batches.push_back(seconds_since(t0) * 1e9 / per);
     }
-  });
+  };
+  std::vector<double> batches;
+  for (int b = 0; b < 5; ++b) {
+    ball.v.store(0, std::memory_order_relaxed);  // the region's start publishes it to the worker
+    batches.push_back(timed_run(pool, body) * 1e9 / per);
+  }
   return median(std::move(batches));
 }
 

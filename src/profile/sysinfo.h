@@ -54,9 +54,9 @@ struct SysInfo {
   std::optional<double> amx_int8_gops_per_core;
   std::optional<double> int8_gops_per_core;    // vpdpbusd (AVX512-VNNI); nullopt: the CPU lacks it
   // Two threads handing a cache line back and forth: ns per round trip
-  // (measure_round_trip_ns); nullopt with one thread. About 50 where the two
-  // cores share an L3, 300 and more where they do not, which costs every
-  // multi-threaded step that hands data between them (docs/performance.md).
+  // (measure_round_trip_ns); nullopt with one thread. 50-65 and 300-400 in
+  // the two placements of the host in docs/performance.md (read as cores
+  // sharing an L3 or not); the second slowed two-thread prefill by ~40%.
   std::optional<double> core_round_trip_ns;
 
   int64_t bytes_per_measurement = 0;  // bytes one read measurement streams
@@ -146,11 +146,6 @@ class ReadProbe {
 // prefill judges its step against peaks taken right after it rather than
 // sysinfo's cached ones. Like ReadProbe it owns its threads: create it
 // before anything pins the calling thread.
-// Median ns for threads 0 and 1 of `pool` to hand one cache line to each
-// other and back, over `trips` round trips in 5 batches; 0 if the pool has
-// one thread.
-double measure_round_trip_ns(ThreadPool& pool, int trips = 20000);
-
 struct PeaksNow {
   double fp32_gflops = 0;
   double bf16_gflops = 0;  // vdpbf16ps
@@ -158,6 +153,11 @@ struct PeaksNow {
   double int8_gops = 0;    // vpdpbusd
   double round_trip_ns = 0;  // measure_round_trip_ns on the probe's threads (0: one thread)
 };
+
+// Median ns for threads 0 and 1 of `pool` to hand one cache line to each
+// other and back, over `trips` round trips in 5 batches; 0 if the pool has
+// one thread.
+double measure_round_trip_ns(ThreadPool& pool, int trips = 20000);
 
 class PeakProbe {
  public:

@@ -79,32 +79,19 @@ class ThreadPool {
   // calls f(begin, end) for each non-empty chunk.
   template <typename F>
   void parallel_for(int64_t n, int64_t align, F&& f) {
-    if (n <= 0) return;
-    const int64_t blocks = (n + align - 1) / align;
-    const int64_t chunks = std::min<int64_t>(blocks, int64_t{kChunksPerThread} * n_threads_);
-    run_chunks(chunks, [&](int64_t c, int64_t nc) {
-      int64_t begin, end;
-      split_range(n, align, c, nc, begin, end);
-      if (begin < end) f(begin, end);
-    });
+    split_for(n, align, kChunksPerThread, f);
   }
 
   // As parallel_for, in one chunk per thread. The caller claims first, so
   // with two threads chunk t nearly always runs on thread t, and ops that
   // split the same rows this way read what the op before them wrote from
-  // their own core's caches. (Where two cores share no L3, a prefill step
-  // that handed every activation to the other core cost 35% more;
-  // docs/performance.md.) A late thread's chunk is still claimed by
+  // their own core's caches. (Where two cores share no L3, two-thread
+  // prefill that handed every activation to the other core took about 40%
+  // longer; docs/performance.md.) A late thread's chunk is still claimed by
   // whichever thread is free first.
   template <typename F>
   void parallel_for_even(int64_t n, int64_t align, F&& f) {
-    if (n <= 0) return;
-    const int64_t blocks = (n + align - 1) / align;
-    run_chunks(std::min<int64_t>(blocks, n_threads_), [&](int64_t c, int64_t nc) {
-      int64_t begin, end;
-      split_range(n, align, c, nc, begin, end);
-      if (begin < end) f(begin, end);
-    });
+    split_for(n, align, 1, f);
   }
 
   static void split_range(int64_t n, int64_t align, int64_t part, int64_t parts, int64_t& begin, int64_t& end) {
@@ -124,6 +111,17 @@ class ThreadPool {
   // The low half of a finished region's ticket: no region has this many chunks.
   static constexpr uint32_t kClosed = 0xffffffffu;
   using RawFn = void (*)(void*, int64_t, int64_t);
+  // parallel_for with at most per_thread chunks per thread.
+  template <typename F>
+  void split_for(int64_t n, int64_t align, int per_thread, F& f) {
+    if (n <= 0) return;
+    const int64_t blocks = (n + align - 1) / align;
+    run_chunks(std::min<int64_t>(blocks, int64_t{per_thread} * n_threads_), [&](int64_t c, int64_t nc) {
+      int64_t begin, end;
+      split_range(n, align, c, nc, begin, end);
+      if (begin < end) f(begin, end);
+    });
+  }
   void run_raw(RawFn fn, void* ctx, int64_t n_chunks, bool one_per_thread);
   void worker_loop(int index);
   void wake_all();

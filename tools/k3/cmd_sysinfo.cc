@@ -53,8 +53,8 @@ void print_table(const profile::SysInfo& s) {
   std::printf("peak int8 dot      %s\n", optional_text(s.int8_gops_per_core, "GOP/s").c_str());
   if (s.core_round_trip_ns)
     std::printf(
-        "core round trip    %.0f ns (threads 0 and 1 handing a cache line back and forth; about 50 where two "
-        "cores share an L3, 300 and more where they do not)\n",
+        "core round trip    %.0f ns (threads 0 and 1 handing a cache line back and forth; on one host "
+        "50-65 with the cores sharing an L3, 300-400 without; docs/performance.md)\n",
         *s.core_round_trip_ns);
   std::printf("measured           %s, %s per read pass, median of %d\n\n", s.measured_at.c_str(), bytes_text(s.bytes_per_measurement).c_str(),
               s.repetitions);

@@ -31,7 +31,7 @@ void clip_in_place(float* y, int64_t n, float clip) {
 
 // Rows at least this many: a Linear splits its rows across the threads, not
 // its columns (run_Linear). Prefill chunks (128 tokens by default) are
-// above; batched decode (a row per sequence) is below.
+// above; batched decode (a row per sequence) is below. Chosen, not tuned.
 constexpr int64_t kRowSplitMinRows = 64;
 
 // A Linear's epilogue on columns [lo, hi) of m rows of y (width apart),
@@ -133,13 +133,7 @@ void run_Linear(const OpCall& c) {
   if (m >= kRowSplitMinRows && c.pool->size() > 1) {
     const kernels::PreparedGemm* pg = prepared_gemm(c.kt, dt);
     c.pool->parallel_for_even(m, 4, [&](int64_t b, int64_t e) {
-      ActRows xa{x + b * k, k};
-      if (pg != nullptr) {
-        const int64_t stride = pg->row_bytes(k);
-        uint8_t* buf = static_cast<uint8_t*>(c.workspace) + b * stride;
-        pg->prepare(e - b, k, x + b * k, k, buf);
-        xa = ActRows{x + b * k, k, buf, stride};
-      }
+      const ActRows xa = prepare_rows_here(pg, b, e, k, x, k, static_cast<uint8_t*>(c.workspace));
       int64_t o = 0;  // first column of output i
       for (int64_t i = 0; i < n_out; o += c.out[i].cols(), ++i) {
         const int64_t width = c.out[i].cols();

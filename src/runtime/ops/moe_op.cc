@@ -71,6 +71,25 @@ T* at(void* ws, uint64_t off) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(ws) + off);
 }
 
+// The expert activation in place on columns [b, e) of hidden rows [r0, r1)
+// (f wide): h = silu(g) * h for SwiGLU experts, else h = gelu(h).
+void activate_rows(const OpCall& c, bool swiglu, float* hbuf, const float* gbuf, int64_t f, int64_t r0, int64_t r1,
+                   int64_t b, int64_t e) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* h = hbuf + r * f + b;
+    if (swiglu)
+      c.kt->silu_mul(gbuf + r * f + b, h, e - b, h);
+    else
+      c.kt->gelu(h, e - b, h);
+  }
+}
+
+// Grouped rows [b, e) of xg (d wide): row r is token order[r]'s row of x.
+void gather_rows(float* xg, const float* x, const int32_t* order, int64_t d, int64_t b, int64_t e) {
+  for (int64_t r = b; r < e; ++r)
+    std::memcpy(xg + r * d, x + static_cast<int64_t>(order[r]) * d, static_cast<size_t>(d) * 4);
+}
+
 // The article's formulation: every expert computes every token; a token's
 // output adds each expert's result times its routing weight, 0 for experts
 // not chosen (the one-hot mask). Same routing, same result up to summation
@@ -84,13 +103,7 @@ void run_dense(const OpCall& c, const float* x, int64_t rows, int64_t d, int64_t
     c.pool->parallel_for(f, 16, [&](int64_t b, int64_t e) {
       gemm_weight(c.kt, rows, b, e, d, x, d, w[0], hbuf, f);
       if (swiglu) gemm_weight(c.kt, rows, b, e, d, x, d, w[1], gbuf, f);
-      for (int64_t r = 0; r < rows; ++r) {
-        float* h = hbuf + r * f + b;
-        if (swiglu)
-          c.kt->silu_mul(gbuf + r * f + b, h, e - b, h);
-        else
-          c.kt->gelu(h, e - b, h);
-      }
+      activate_rows(c, swiglu, hbuf, gbuf, f, 0, rows, b, e);
     });
     c.pool->parallel_for(d, 16,
                          [&](int64_t b, int64_t e) { gemm_weight(c.kt, rows, b, e, f, hbuf, f, w[per - 1], ybuf, d); });
@@ -138,7 +151,9 @@ void run_shared(const OpCall& c, const MoeLayout& l, const float* x, int64_t row
 // kMaxExpertImbalance times the mean, and when there are at least
 // kExpertSplitMinRows rows (prefill; decode's few rows keep the column
 // split, which streams every expert on both threads). Returns whether it
-// ran (false: the caller takes the column split).
+// ran (false: the caller takes the column split). The three constants were
+// chosen, not tuned: with them all 32 k3-base layers take the split in a
+// 128-token prefill (docs/performance.md).
 constexpr int64_t kExpertSplitMinRows = 64;
 constexpr int64_t kExpertFixedRows = 4;
 constexpr double kMaxExpertImbalance = 1.1;
@@ -191,33 +206,18 @@ bool run_by_expert(const OpCall& c, const MoeLayout& l, const ExpertPass& p, con
   uint8_t* prep = at<uint8_t>(c.workspace, l.prep);
   uint8_t* prep_h = at<uint8_t>(c.workspace, l.prep_h);
   const int64_t d = p.d, f = p.f;
-  // Rows [r0, r0 + n) of a, K wide, rounded into buf's rows r0.. when the
-  // dtype's kernel rounds A.
-  auto rows_of = [&](const float* a, int64_t K, uint8_t* buf, int64_t r0, int64_t n) {
-    if (pg == nullptr) return ActRows{a + r0 * K, K};
-    const int64_t stride = pg->row_bytes(K);
-    pg->prepare(n, K, a + r0 * K, K, buf + r0 * stride);
-    return ActRows{a + r0 * K, K, buf + r0 * stride, stride};
-  };
   c.pool->run_chunks(bins, [&](int64_t bin, int64_t) {
     for (int64_t ex = 0; ex < p.n_exp; ++ex) {
       if (bin_of[ex] != bin) continue;
-      const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
+      const int64_t r0 = offs[ex], r1 = offs[ex + 1], cnt = r1 - r0;
       const TensorArg* w = c.in + 2 + ex * p.per;
-      for (int64_t r = r0; r < r0 + cnt; ++r)
-        std::memcpy(xg + r * d, x + static_cast<int64_t>(order[r]) * d, static_cast<size_t>(d) * 4);
-      const ActRows xa = rows_of(xg, d, prep, r0, cnt);
+      gather_rows(xg, x, order, d, r0, r1);
+      const ActRows xa = prepare_rows_here(pg, r0, r1, d, xg, d, prep);
       gemm_weight(c.kt, cnt, 0, f, d, xa, w[0], hbuf + r0 * f, f, 0,
                   p.swiglu ? next_rows(w[1], d, 0, f) : kernels::ReadNext{});
       if (p.swiglu) gemm_weight(c.kt, cnt, 0, f, d, xa, w[1], gbuf + r0 * f, f, 0, next_rows(w[p.per - 1], f, 0, d));
-      for (int64_t r = r0; r < r0 + cnt; ++r) {
-        float* h = hbuf + r * f;
-        if (p.swiglu)
-          c.kt->silu_mul(gbuf + r * f, h, f, h);
-        else
-          c.kt->gelu(h, f, h);
-      }
-      const ActRows ha = rows_of(hbuf, f, prep_h, r0, cnt);
+      activate_rows(c, p.swiglu, hbuf, gbuf, f, r0, r1, 0, f);
+      const ActRows ha = prepare_rows_here(pg, r0, r1, f, hbuf, f, prep_h);
       gemm_weight(c.kt, cnt, 0, d, f, ha, w[p.per - 1], ybuf + r0 * d, d, 0);
     }
   });
@@ -363,10 +363,7 @@ void run_Moe(const OpCall& c) {
   }
   // The copies split across the threads when there are enough of them.
   const int64_t entries = offs[n_exp];
-  auto gather = [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r)
-      std::memcpy(xg + r * d, x + static_cast<int64_t>(order[r]) * d, static_cast<size_t>(d) * 4);
-  };
+  auto gather = [&](int64_t b, int64_t e) { gather_rows(xg, x, order, d, b, e); };
   if (entries * d < kParallelValues)
     gather(0, entries);
   else
@@ -395,13 +392,7 @@ void run_Moe(const OpCall& c) {
       gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[0], hbuf + r0 * f, f, 0,
                   swiglu ? next_rows(w[1], d, b, e) : after);
       if (swiglu) gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[1], gbuf + r0 * f, f, 0, after);
-      for (int64_t r = r0; r < r0 + cnt; ++r) {
-        float* h = hbuf + r * f + b;
-        if (swiglu)
-          c.kt->silu_mul(gbuf + r * f + b, h, e - b, h);
-        else
-          c.kt->gelu(h, e - b, h);
-      }
+      activate_rows(c, swiglu, hbuf, gbuf, f, r0, r0 + cnt, b, e);
     }
   });
 

@@ -31,6 +31,17 @@ inline uint64_t prepared_bytes_bound(ir::DType dt, int64_t rows, int64_t K) {
   return align_up(static_cast<uint64_t>(rows) * static_cast<uint64_t>(per_row), 64);
 }
 
+// Rows [r0, r1) of A (lda apart) on this thread, as prepare_rows below
+// gives them: rounded into buf's rows r0.. by pg, or as they are when pg is
+// nullptr (the dtype's kernel does not round A). Returns rows r0...
+inline ActRows prepare_rows_here(const kernels::PreparedGemm* pg, int64_t r0, int64_t r1, int64_t K, const float* A,
+                                 int64_t lda, uint8_t* buf) {
+  if (pg == nullptr) return ActRows{A + r0 * lda, lda};
+  const int64_t stride = pg->row_bytes(K);
+  pg->prepare(r1 - r0, K, A + r0 * lda, lda, buf + r0 * stride);
+  return ActRows{A + r0 * lda, lda, buf + r0 * stride, stride};
+}
+
 // Rows [0, rows) of A (lda apart) for a product with weights of dtype dt:
 // rounded into buf (64-byte aligned, prepared_bytes_bound bytes) when dt's
 // kernel rounds A, on the pool's threads when there are many rows; as they
@@ -38,15 +49,10 @@ inline uint64_t prepared_bytes_bound(ir::DType dt, int64_t rows, int64_t K) {
 inline ActRows prepare_rows(const OpCall& c, ir::DType dt, int64_t rows, int64_t K, const float* A, int64_t lda,
                             uint8_t* buf) {
   const kernels::PreparedGemm* pg = prepared_gemm(c.kt, dt);
-  if (pg == nullptr) return ActRows{A, lda};
-  const int64_t stride = pg->row_bytes(K);
   // Batched decode rounds its 8-16 rows here: 0.04-0.3 ns a value.
-  if (rows * K < kParallelValues)
-    pg->prepare(rows, K, A, lda, buf);
-  else
-    c.pool->parallel_for(rows, 1,
-                         [&](int64_t b, int64_t e) { pg->prepare(e - b, K, A + b * lda, lda, buf + b * stride); });
-  return ActRows{A, lda, buf, stride};
+  if (pg == nullptr || rows * K < kParallelValues) return prepare_rows_here(pg, 0, rows, K, A, lda, buf);
+  c.pool->parallel_for(rows, 1, [&](int64_t b, int64_t e) { prepare_rows_here(pg, b, e, K, A, lda, buf); });
+  return ActRows{A, lda, buf, pg->row_bytes(K)};
 }
 
 }  // namespace k3::runtime
