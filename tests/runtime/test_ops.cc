@@ -3,6 +3,7 @@
 // TEST list is expanded from the op table, so an op without a test_<op>()
 // here does not compile.
 #include "op_tester.h"
+#include "runtime/ops/fast_ops.h"
 
 namespace k3::runtime::testing {
 namespace {
@@ -311,15 +312,15 @@ void moe_weight_dtype_case(ir::DType dt, bool swiglu, bool many = false) {
   t.check(1, 0, kRoundedTol, 1);  // decode shape, one thread
 }
 
-// Prefill rows with the experts split across threads (moe_op.cc,
-// run_by_expert): two experts, top 2, so each has every token's row and the
-// split is even, which the op then takes on 2 threads; 1 thread takes the
-// column split. Same bits either way, and within tolerance of the reference.
-// With `many`, enough rows (kParallelValues values) that the routing splits
-// them across the threads too.
-void moe_expert_split_case(ir::DType dt, bool swiglu, bool residual, bool many = false) {
+// Prefill rows with the tokens split across threads (moe_op.cc,
+// run_by_tokens), which the op takes on 2 threads with these shapes; 1
+// thread takes the column split. Same bits either way, and within tolerance
+// of the reference. With `many`, enough rows (kParallelValues values) that
+// the one-thread routing splits them across the threads too.
+void moe_token_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, bool many = false) {
   OpTester t;
-  const int64_t e = 2, d = 64, f = 96, tokens = many ? kParallelValues / d + 5 : 40;
+  const int64_t d = 64, f = 96, tokens = many ? kParallelValues / d + 5 : 20 * e + 3;
+  ASSERT_TRUE(moe_splits_tokens(tokens, 2, e, 2));
   int x = t.f32("x", {tokens, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
   for (int64_t i = 0; i < e; ++i) {
@@ -359,10 +360,10 @@ void test_Moe() {
   moe_case(true, false, true, true, false, /*residual=*/true);
   moe_case(true, false, false, true, /*shared=*/true, /*residual=*/true);
   for (ir::DType dt : {ir::DType::kF32, ir::DType::kQ8, ir::DType::kBF16Dot}) {
-    moe_expert_split_case(dt, false, false);
-    moe_expert_split_case(dt, true, true);
+    moe_token_split_case(dt, 2, false, false);
+    moe_token_split_case(dt, 4, true, true);
   }
-  moe_expert_split_case(ir::DType::kQ8, false, true, /*many=*/true);
+  moe_token_split_case(ir::DType::kQ8, 4, false, true, /*many=*/true);
 }
 
 void test_GatherRows() {
@@ -379,6 +380,19 @@ void test_GatherRows() {
   }
 K3_OP_LIST(K3_OP_TEST)
 #undef K3_OP_TEST
+
+// The token split needs kTokenSplitMinRowsPerExpert (8) routed rows per
+// expert and thread on average, and a pool of 2..64 threads.
+TEST(MoeTokenSplit, TakenOnlyWithEnoughRowsPerExpertAndThread) {
+  EXPECT_TRUE(moe_splits_tokens(128, 2, 8, 2));    // k3-base prefill on 2 threads: 16
+  EXPECT_TRUE(moe_splits_tokens(64, 2, 8, 2));     // 8
+  EXPECT_FALSE(moe_splits_tokens(63, 2, 8, 2));    // 7.9
+  EXPECT_FALSE(moe_splits_tokens(8, 2, 8, 2));     // batch-8 decode
+  EXPECT_FALSE(moe_splits_tokens(128, 2, 8, 1));   // one thread
+  EXPECT_FALSE(moe_splits_tokens(128, 2, 8, 16));  // 2 per expert and thread
+  EXPECT_TRUE(moe_splits_tokens(4096, 2, 8, 64));
+  EXPECT_FALSE(moe_splits_tokens(8192, 2, 8, 65));  // more threads than the split's bins
+}
 
 TEST(OpsShapeRules, RejectMismatchedShapes) {
   ir::Graph g;

@@ -14,6 +14,11 @@ K3_OP_LIST(K3_OP_DECLARE_FAST)
 // from the routing table the op left in its workspace).
 int64_t moe_active_experts(const OpCall& c);
 
+// Whether run_Moe splits `rows` tokens across `threads` threads, each
+// running every expert its share routes to (moe_op.cc, run_by_tokens),
+// rather than splitting each expert's columns.
+bool moe_splits_tokens(int64_t rows, int64_t top_k, int64_t n_experts, int64_t threads);
+
 // expert_dtype: the routed experts' weight dtype; shared_ff: the shared
 // expert's hidden width (0: none).
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,

@@ -19,10 +19,14 @@
 namespace k3::runtime {
 namespace {
 
+// Most threads the token split (run_by_tokens) serves;
+// larger pools take the column split.
+constexpr int kMaxBins = 64;
+
 struct MoeLayout {
   // Offsets into the workspace, each 64-byte aligned.
-  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, prep, prep_h, bin_of, sh_h, sh_g, sh_y,
-      sh_logit, total;
+  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, prep, prep_h, bin_offs, sh_h, sh_g,
+      sh_y, sh_logit, total;
 };
 
 // dt: the routed experts' weight dtype. s: the shared expert's hidden width
@@ -49,12 +53,13 @@ MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool
   l.gbuf = swiglu ? take(tk * static_cast<uint64_t>(f) * 4) : l.hbuf;  // [T*K, F] gate branch
   l.ybuf = take(tk * static_cast<uint64_t>(d) * 4);                    // [T*K, D] expert outputs
   // [T*K] rows of xg and of hbuf, rounded for int8 / bf16 dot kernels
-  // (prepared_rows.h); 0 bytes for other dtypes. Apart: with the experts
-  // split across threads (run_by_expert), one thread rounds hidden rows
+  // (prepared_rows.h); 0 bytes for other dtypes. Apart: with the tokens
+  // split across threads (run_by_tokens), one thread rounds hidden rows
   // while another still multiplies its rounded inputs.
   l.prep = take(prepared_bytes_bound(dt, t * k, d));
   l.prep_h = take(prepared_bytes_bound(dt, t * k, f));
-  l.bin_of = take(static_cast<uint64_t>(e) * 4);  // [E] thread share of each expert (run_by_expert)
+  // [kMaxBins, 2, E+1] each thread's entries per expert and first entries (run_by_tokens)
+  l.bin_offs = take(static_cast<uint64_t>(kMaxBins) * 2 * static_cast<uint64_t>(e + 1) * 4);
   if (s > 0) {
     const uint64_t rows = static_cast<uint64_t>(t);
     l.sh_h = take(rows * static_cast<uint64_t>(s) * 4);  // [T, S] shared hidden
@@ -135,93 +140,100 @@ void run_shared(const OpCall& c, const MoeLayout& l, const float* x, int64_t row
   for (int64_t r = 0; r < rows; ++r) c.kt->axpy(1.0f / (1.0f + std::exp(-logit[r])), y + r * d, d, out + r * d);
 }
 
-// Prefill with the experts split across the threads: each thread gathers,
-// rounds and multiplies the rows of whole experts (up, activation, down),
-// so what one expert's steps hand to the next stays in that core's caches.
-// The column split of run_Moe hands every hidden row and rounded row to the
-// other thread between the steps; where the two vCPUs sit on different L3s
-// (this host, some minutes: a 330 ns round trip between them against 50)
-// that traffic took two-thread int8 prefill from 68 to 95 ms
-// (docs/performance.md). Each expert's results are the same bits either way
-// (a product's element does not depend on its column range or on M).
-//
-// Experts go to threads greedily, largest first, by their rows rounded up
-// to the tile's 4 plus kExpertFixedRows for streaming the expert's weights;
-// the split is used only when the busiest thread gets at most
-// kMaxExpertImbalance times the mean, and when there are at least
-// kExpertSplitMinRows rows (prefill; decode's few rows keep the column
-// split, which streams every expert on both threads). Returns whether it
-// ran (false: the caller takes the column split). The three constants were
-// chosen, not tuned: with them all 32 k3-base layers take the split in a
-// 128-token prefill (docs/performance.md).
-constexpr int64_t kExpertSplitMinRows = 64;
-constexpr int64_t kExpertFixedRows = 4;
-constexpr double kMaxExpertImbalance = 1.1;
-constexpr int kMaxExpertBins = 64;
+// Prefill with the tokens split across the threads (run_by_tokens) needs
+// at least this many routed rows per expert on each thread, on average.
+// With fewer, every thread streams every expert's weights for a few rows,
+// which the column split streams once. Chosen, not tuned: two of the int8
+// tile's 4 rows; a 128-token k3-base prefill on 2 threads has 16.
+constexpr int64_t kTokenSplitMinRowsPerExpert = 8;
 
 struct ExpertPass {
-  int64_t n_exp, per, d, f;
-  bool swiglu;
+  int64_t n_exp, k, per, d, f;
+  bool swiglu, renormalize;
   ir::DType dt;
 };
 
-bool run_by_expert(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x) {
-  const int64_t bins = c.pool->size();
-  const int32_t* offs = at<int32_t>(c.workspace, l.offs);
-  const int64_t entries = offs[p.n_exp];
-  if (bins < 2 || bins > kMaxExpertBins || entries < kExpertSplitMinRows) return false;
-  int32_t* bin_of = at<int32_t>(c.workspace, l.bin_of);
-  int64_t load[kMaxExpertBins] = {};
-  int64_t total = 0, active = 0;
-  for (int64_t e = 0; e < p.n_exp; ++e) bin_of[e] = -1;
-  // Largest first: pick the unplaced expert with the most rows each time
-  // (n_exp is small; no sort buffer needed).
-  for (;;) {
-    int64_t best = -1, best_cost = 0;
-    for (int64_t e = 0; e < p.n_exp; ++e) {
-      const int64_t cnt = offs[e + 1] - offs[e];
-      const int64_t cost = (cnt + 3) / 4 * 4 + kExpertFixedRows;
-      if (cnt > 0 && bin_of[e] < 0 && cost > best_cost) best = e, best_cost = cost;
+// 1-2 for tokens [b, e): gate logits [E], top-k (ties to the lower index)
+// and the softmax over the chosen (or over every expert, the chosen keeping
+// their share, without renormalize).
+void route_rows(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x, int64_t b, int64_t e) {
+  const int64_t n_exp = p.n_exp, k = p.k;
+  float* logits = at<float>(c.workspace, l.logits);
+  int32_t* sel = at<int32_t>(c.workspace, l.sel);
+  float* wts = at<float>(c.workspace, l.wts);
+  c.kt->gemm_nt(e - b, 0, n_exp, p.d, x + b * p.d, p.d, c.in[1].f32(), p.d, logits + b * n_exp, n_exp);
+  for (int64_t t = b; t < e; ++t) {
+    const float* lg = logits + t * n_exp;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t ex = 0; ex < n_exp; ++ex) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i) taken |= sel[t * k + i] == ex;
+        if (!taken && (best < 0 || lg[ex] > lg[best])) best = ex;
+      }
+      sel[t * k + j] = static_cast<int32_t>(best);
     }
-    if (best < 0) break;
-    int64_t b = 0;
-    for (int64_t i = 1; i < bins; ++i)
-      if (load[i] < load[b]) b = i;
-    bin_of[best] = static_cast<int32_t>(b);
-    load[b] += best_cost;
-    total += best_cost;
-    ++active;
+    const float mx = lg[sel[t * k]];
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += (wts[t * k + j] = std::exp(lg[sel[t * k + j]] - mx));
+    if (!p.renormalize) {
+      sum = 0.0f;
+      for (int64_t ex = 0; ex < n_exp; ++ex) sum += std::exp(lg[ex] - mx);
+    }
+    for (int64_t j = 0; j < k; ++j) wts[t * k + j] /= sum;
   }
-  int64_t most = 0;
-  for (int64_t i = 0; i < bins; ++i) most = std::max(most, load[i]);
-  if (active < bins || static_cast<double>(most * bins) > kMaxExpertImbalance * static_cast<double>(total))
-    return false;
+}
 
+// offs[0..n_exp]: where each expert's entries start when entries [i0, i1)
+// (of sel) are grouped by expert from slot i0 on.
+void expert_offsets(const int32_t* sel, int64_t i0, int64_t i1, int64_t n_exp, int32_t* offs) {
+  for (int64_t ex = 0; ex <= n_exp; ++ex) offs[ex] = 0;
+  for (int64_t i = i0; i < i1; ++i) ++offs[sel[i] + 1];
+  offs[0] = static_cast<int32_t>(i0);
+  for (int64_t ex = 0; ex < n_exp; ++ex) offs[ex + 1] += offs[ex];
+}
+
+// 3. The entries of tokens [b, e) grouped by expert (a counting sort into
+// slots b * k .. e * k): expert ex's are slots offs[ex] .. offs[ex + 1],
+// order maps a slot to its token and slot_of an entry to its slot. cursor:
+// n_exp scratch values.
+void group_entries(const OpCall& c, const MoeLayout& l, const ExpertPass& p, int64_t b, int64_t e, int32_t* cursor,
+                   int32_t* offs) {
+  const int64_t k = p.k;
+  const int32_t* sel = at<int32_t>(c.workspace, l.sel);
+  int32_t* slot_of = at<int32_t>(c.workspace, l.slot_of);
+  int32_t* order = at<int32_t>(c.workspace, l.order);
+  expert_offsets(sel, b * k, e * k, p.n_exp, offs);
+  for (int64_t ex = 0; ex < p.n_exp; ++ex) cursor[ex] = offs[ex];
+  for (int64_t t = b; t < e; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t r = cursor[sel[t * k + j]]++;
+      slot_of[t * k + j] = r;
+      order[r] = static_cast<int32_t>(t);
+    }
+}
+
+// Expert ex over its grouped entries [r0, r1), whole, on this thread:
+// gather, round, up (and gate), activation, round, down into ybuf.
+void run_expert(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x, int64_t ex, int64_t r0,
+                int64_t r1) {
+  if (r1 <= r0) return;
   const int32_t* order = at<int32_t>(c.workspace, l.order);
   float* xg = at<float>(c.workspace, l.xg);
   float* hbuf = at<float>(c.workspace, l.hbuf);
   float* gbuf = at<float>(c.workspace, l.gbuf);
   float* ybuf = at<float>(c.workspace, l.ybuf);
   const kernels::PreparedGemm* pg = prepared_gemm(c.kt, p.dt);
-  uint8_t* prep = at<uint8_t>(c.workspace, l.prep);
-  uint8_t* prep_h = at<uint8_t>(c.workspace, l.prep_h);
-  const int64_t d = p.d, f = p.f;
-  c.pool->run_chunks(bins, [&](int64_t bin, int64_t) {
-    for (int64_t ex = 0; ex < p.n_exp; ++ex) {
-      if (bin_of[ex] != bin) continue;
-      const int64_t r0 = offs[ex], r1 = offs[ex + 1], cnt = r1 - r0;
-      const TensorArg* w = c.in + 2 + ex * p.per;
-      gather_rows(xg, x, order, d, r0, r1);
-      const ActRows xa = prepare_rows_here(pg, r0, r1, d, xg, d, prep);
-      gemm_weight(c.kt, cnt, 0, f, d, xa, w[0], hbuf + r0 * f, f, 0,
-                  p.swiglu ? next_rows(w[1], d, 0, f) : kernels::ReadNext{});
-      if (p.swiglu) gemm_weight(c.kt, cnt, 0, f, d, xa, w[1], gbuf + r0 * f, f, 0, next_rows(w[p.per - 1], f, 0, d));
-      activate_rows(c, p.swiglu, hbuf, gbuf, f, r0, r1, 0, f);
-      const ActRows ha = prepare_rows_here(pg, r0, r1, f, hbuf, f, prep_h);
-      gemm_weight(c.kt, cnt, 0, d, f, ha, w[p.per - 1], ybuf + r0 * d, d, 0);
-    }
-  });
-  return true;
+  const int64_t d = p.d, f = p.f, cnt = r1 - r0;
+  const TensorArg* w = c.in + 2 + ex * p.per;
+  gather_rows(xg, x, order, d, r0, r1);
+  const ActRows xa = prepare_rows_here(pg, r0, r1, d, xg, d, at<uint8_t>(c.workspace, l.prep));
+  gemm_weight(c.kt, cnt, 0, f, d, xa, w[0], hbuf + r0 * f, f, 0,
+              p.swiglu ? next_rows(w[1], d, 0, f) : kernels::ReadNext{});
+  if (p.swiglu) gemm_weight(c.kt, cnt, 0, f, d, xa, w[1], gbuf + r0 * f, f, 0, next_rows(w[p.per - 1], f, 0, d));
+  activate_rows(c, p.swiglu, hbuf, gbuf, f, r0, r1, 0, f);
+  const ActRows ha = prepare_rows_here(pg, r0, r1, f, hbuf, f, at<uint8_t>(c.workspace, l.prep_h));
+  gemm_weight(c.kt, cnt, 0, d, f, ha, w[p.per - 1], ybuf + r0 * d, d, 0);
 }
 
 // The shared expert's inputs (if any), and its hidden width (0: none).
@@ -248,6 +260,40 @@ void combine(const OpCall& c, const MoeLayout& l, int64_t t, int64_t d, int64_t 
   if (residual != nullptr && l.sh_h == 0) c.kt->add(o, residual + t * d + b, e - b, o);
 }
 
+// Prefill with the tokens split across the threads: each thread routes its
+// even share of the rows (the share the norm before it wrote, split as
+// ThreadPool::parallel_for_even splits), groups its entries per expert,
+// runs every expert its tokens chose over them (run_expert) and combines
+// its tokens' outputs: one region, and no activation crosses to the other
+// core; each thread streams the weights of every expert its tokens chose.
+// The split it replaced gave each thread whole experts (no weight read
+// twice) but handed every token's input and result rows between the cores;
+// where the two vCPUs sit on different L3s (this host, some minutes: a
+// 330 ns round trip between them against 50) two-thread int8 prefill took
+// 85-86 ms that way against 69 ms now, and 67.6-68.2 against 68.4-69.2 ms
+// where they share one (docs/performance.md). Each token's result is the
+// same bits as on one thread (a product's element does not depend on M).
+// Returns whether it ran (false: fewer than kTokenSplitMinRowsPerExpert
+// rows per expert and thread, or one thread; the caller takes the column
+// split).
+bool run_by_tokens(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x, int64_t rows,
+                   const float* residual) {
+  const int64_t bins = c.pool->size();
+  if (!moe_splits_tokens(rows, p.k, p.n_exp, bins)) return false;
+  c.pool->run_chunks(bins, [&](int64_t bin, int64_t n_bins) {
+    int64_t b, e;
+    ThreadPool::split_range(rows, 1, bin, n_bins, b, e);
+    if (b >= e) return;
+    int32_t* cursor = at<int32_t>(c.workspace, l.bin_offs) + bin * 2 * (p.n_exp + 1);
+    int32_t* offs = cursor + p.n_exp + 1;
+    route_rows(c, l, p, x, b, e);
+    group_entries(c, l, p, b, e, cursor, offs);
+    for (int64_t ex = 0; ex < p.n_exp; ++ex) run_expert(c, l, p, x, ex, offs[ex], offs[ex + 1]);
+    for (int64_t t = b; t < e; ++t) combine(c, l, t, p.d, p.k, 0, p.d, residual);
+  });
+  return true;
+}
+
 // After the routed experts: the shared expert, if any, then the residual
 // (fuse-residual-add), if any and not added by combine.
 void finish_output(const OpCall& c, const MoeLayout& l, const float* x, int64_t rows, int64_t d,
@@ -259,6 +305,10 @@ void finish_output(const OpCall& c, const MoeLayout& l, const float* x, int64_t 
 }
 
 }  // namespace
+
+bool moe_splits_tokens(int64_t rows, int64_t top_k, int64_t n_experts, int64_t threads) {
+  return threads >= 2 && threads <= kMaxBins && rows * top_k >= kTokenSplitMinRowsPerExpert * n_experts * threads;
+}
 
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,
                              bool swiglu, ir::DType expert_dtype, int64_t shared_ff) {
@@ -284,58 +334,35 @@ void run_Moe(const OpCall& c) {
   const bool renormalize = c.node->attr_int("renormalize", 1) != 0;
   const ir::DType dt = c.in[2].value->dtype;  // every routed expert's matrices have it (weight-precision)
   const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu, dt, shared_ff(c));
-  float* logits = at<float>(c.workspace, l.logits);
-  int32_t* sel = at<int32_t>(c.workspace, l.sel);
-  float* wts = at<float>(c.workspace, l.wts);
+  const int32_t* sel = at<int32_t>(c.workspace, l.sel);
+  const float* wts = at<float>(c.workspace, l.wts);
   int32_t* count = at<int32_t>(c.workspace, l.count);
   int32_t* offs = at<int32_t>(c.workspace, l.offs);
-  int32_t* slot_of = at<int32_t>(c.workspace, l.slot_of);
-  int32_t* order = at<int32_t>(c.workspace, l.order);
+  const int32_t* order = at<int32_t>(c.workspace, l.order);
   float* xg = at<float>(c.workspace, l.xg);
   float* hbuf = at<float>(c.workspace, l.hbuf);
   float* gbuf = at<float>(c.workspace, l.gbuf);
   float* ybuf = at<float>(c.workspace, l.ybuf);
   const float* x = c.in[0].f32();
-
-  // 1-2. Per token: gate logits [E], top-k (ties to the lower index) and
-  //      the softmax over the chosen. Prefill's rows split across the
-  //      threads as the norm before split them (a token's logits do not
-  //      depend on the rows beside it: gemm_nt's contract); decode's few
-  //      on this thread.
-  auto route = [&](int64_t b, int64_t e) {
-    c.kt->gemm_nt(e - b, 0, n_exp, d, x + b * d, d, c.in[1].f32(), d, logits + b * n_exp, n_exp);
-    for (int64_t t = b; t < e; ++t) {
-      const float* lg = logits + t * n_exp;
-      for (int64_t j = 0; j < k; ++j) {
-        int64_t best = -1;
-        for (int64_t ex = 0; ex < n_exp; ++ex) {
-          bool taken = false;
-          for (int64_t i = 0; i < j; ++i) taken |= sel[t * k + i] == ex;
-          if (!taken && (best < 0 || lg[ex] > lg[best])) best = ex;
-        }
-        sel[t * k + j] = static_cast<int32_t>(best);
-      }
-      const float mx = lg[sel[t * k]];
-      float sum = 0.0f;
-      for (int64_t j = 0; j < k; ++j) sum += (wts[t * k + j] = std::exp(lg[sel[t * k + j]] - mx));
-      if (!renormalize) {  // softmax over every expert; the chosen keep their share
-        sum = 0.0f;
-        for (int64_t ex = 0; ex < n_exp; ++ex) sum += std::exp(lg[ex] - mx);
-      }
-      for (int64_t j = 0; j < k; ++j) wts[t * k + j] /= sum;
-    }
-  };
-  if (rows * d < kParallelValues)
-    route(0, rows);
-  else
-    c.pool->parallel_for_even(rows, 1, route);
-  for (int64_t ex = 0; ex < n_exp; ++ex) count[ex] = 0;
-  for (int64_t i = 0; i < rows * k; ++i) ++count[sel[i]];
-
   // The residual (fuse-residual-add), if any: added to each finished output
   // row, as the Add it replaces did.
   const int res = ir::residual_input(*c.node);
   const float* residual = res >= 0 ? c.in[res].f32() : nullptr;
+  const ExpertPass pass{n_exp, k, per, d, f, swiglu, renormalize, dt};
+
+  if (c.node->attr_int("dense") == 0 && run_by_tokens(c, l, pass, x, rows, residual)) {
+    expert_offsets(sel, 0, rows * k, n_exp, offs);  // all threads' entries per expert, for moe_active_experts
+    finish_output(c, l, x, rows, d, residual);
+    return;
+  }
+  // 1-2. Prefill's rows split across the threads as the norm before split
+  //      them (a token's logits do not depend on the rows beside it:
+  //      gemm_nt's contract); decode's few on this thread.
+  if (rows * d < kParallelValues)
+    route_rows(c, l, pass, x, 0, rows);
+  else
+    c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) { route_rows(c, l, pass, x, b, e); });
+
   if (c.node->attr_int("dense") != 0) {
     run_dense(c, x, rows, d, f, n_exp, k, per, swiglu, sel, wts, hbuf, gbuf, ybuf);
     if (residual != nullptr && l.sh_h == 0) c.kt->add(c.out[0].f32(), residual, rows * d, c.out[0].f32());
@@ -343,24 +370,8 @@ void run_Moe(const OpCall& c) {
     return;
   }
 
-  // 3. Group entries by expert (counting sort) and gather their input rows.
-  offs[0] = 0;
-  for (int64_t e = 0; e < n_exp; ++e) offs[e + 1] = offs[e] + count[e];
-  for (int64_t e = 0; e < n_exp; ++e) count[e] = offs[e];  // reuse as fill cursor
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t r = count[sel[t * k + j]]++;
-      slot_of[t * k + j] = r;
-      order[r] = static_cast<int32_t>(t);
-    }
-  if (run_by_expert(c, l, {n_exp, per, d, f, swiglu, dt}, x)) {
-    // 6 by rows (tokens), as the next op, a norm, splits them.
-    c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) combine(c, l, t, d, k, 0, d, residual);
-    });
-    finish_output(c, l, x, rows, d, residual);
-    return;
-  }
+  // 3. Group entries by expert and gather their input rows.
+  group_entries(c, l, pass, 0, rows, count, offs);
   // The copies split across the threads when there are enough of them.
   const int64_t entries = offs[n_exp];
   auto gather = [&](int64_t b, int64_t e) { gather_rows(xg, x, order, d, b, e); };
