@@ -269,9 +269,10 @@ void combine(const OpCall& c, const MoeLayout& l, int64_t t, int64_t d, int64_t 
 // The split it replaced gave each thread whole experts (no weight read
 // twice) but handed every token's input and result rows between the cores;
 // where the two vCPUs sit on different L3s (this host, some minutes: a
-// 330 ns round trip between them against 50) two-thread int8 prefill took
-// 85-86 ms that way against 69 ms now, and 67.6-68.2 against 68.4-69.2 ms
-// where they share one (docs/performance.md). Each token's result is the
+// 300-400 ns round trip between them against 50-65) two-thread int8
+// prefill of k3-base took 82-85 ms a step that way against 79-80 ms now;
+// where they share one, 68-69 ms either way (docs/performance.md, "The
+// MoE splits tokens, not experts"). Each token's result is the
 // same bits as on one thread (a product's element does not depend on M).
 // Returns whether it ran (false: fewer than kTokenSplitMinRowsPerExpert
 // rows per expert and thread, or one thread; the caller takes the column
