@@ -320,7 +320,9 @@ void moe_weight_dtype_case(ir::DType dt, bool swiglu, bool many = false) {
 void moe_token_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, bool many = false) {
   OpTester t;
   const int64_t d = 64, f = 96, tokens = many ? kParallelValues / d + 5 : 20 * e + 3;
-  ASSERT_TRUE(moe_splits_tokens(tokens, 2, e, 2));
+  // Two threads split the tokens evenly, three unevenly (shares differ by
+  // one row); both must give one thread's bits.
+  ASSERT_TRUE(moe_splits_tokens(tokens, 2, e, 3));
   int x = t.f32("x", {tokens, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
   for (int64_t i = 0; i < e; ++i) {
@@ -332,11 +334,15 @@ void moe_token_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, b
   t.node(OpKind::kMoe, in,
          {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}, {"residual", int64_t{residual}}});
   t.check(tokens, 0, dt == ir::DType::kF32 ? kTol : kRoundedTol);
-  const auto split = t.fast_outputs(tokens, 0, 2), columns = t.fast_outputs(tokens, 0, 1);
-  ASSERT_EQ(split.size(), columns.size());
-  for (size_t b = 0; b < split.size(); ++b) {
-    ASSERT_EQ(split[b].size(), columns[b].size());
-    EXPECT_EQ(std::memcmp(split[b].data(), columns[b].data(), split[b].size() * 4), 0) << "output " << b;
+  const auto one = t.fast_outputs(tokens, 0, 1);
+  for (int threads : {2, 3}) {
+    const auto split = t.fast_outputs(tokens, 0, threads);
+    ASSERT_EQ(split.size(), one.size());
+    for (size_t b = 0; b < split.size(); ++b) {
+      ASSERT_EQ(split[b].size(), one[b].size());
+      EXPECT_EQ(std::memcmp(split[b].data(), one[b].data(), split[b].size() * 4), 0)
+          << "output " << b << ", " << threads << " threads";
+    }
   }
 }
 
