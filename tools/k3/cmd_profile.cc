@@ -105,9 +105,12 @@ int run_profile(const ProfileFlags& f) {
     if (p.ok()) probe = std::move(p).value();
   }
   // Prefill is compute-bound: its peaks are re-measured too (sysinfo.h,
-  // PeakProbe), with threads made here for the same reason.
+  // PeakProbe), with threads made here for the same reason. The probe is
+  // made with --no-limits as well, for the core round trip alone (a few
+  // milliseconds): A/B runs skip the limits but still need to know where
+  // the threads sat.
   std::unique_ptr<profile::PeakProbe> peak_probe;
-  if (!f.no_limits && f.phase == "prefill") {
+  if (f.phase == "prefill") {
     auto p = profile::PeakProbe::create(engine_threads(f.threads, f.cpus));
     if (p.ok()) peak_probe = std::move(p).value();
   }
@@ -191,7 +194,7 @@ int run_profile(const ProfileFlags& f) {
   if (round_trip_before > 0)
     std::printf(
         "core round trip %.0f ns before the steps, %.0f after (on one host "
-        "50-65 with the cores sharing an L3, 300-400 without, where two-thread prefill ran ~40% longer; "
+        "50-65 with the cores sharing an L3, 300-400 without, where two-thread prefill ran ~40%% longer; "
         "docs/performance.md)\n",
         round_trip_before, round_trip_after);
   std::printf("%s\n", profile::format_report(rep, f.top).c_str());
