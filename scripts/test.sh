@@ -9,14 +9,14 @@ scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== Release build"
-scripts/build.sh build
+scripts/build.sh build -DK3_WERROR=ON
 echo "== C++ tests (Release)"
 ctest --test-dir build --output-on-failure -j2 --timeout 600
 echo "== End-to-end tests against the PyTorch reference"
 K3_BIN="$PWD/build/bin/k3" python -m pytest tests/e2e -q -p no:cacheprovider
 
 echo "== Sanitizer build (ASan + UBSan)"
-scripts/build.sh build-asan -DK3_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_BUILD_BENCH=OFF
+scripts/build.sh build-asan -DK3_WERROR=ON -DK3_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_BUILD_BENCH=OFF
 echo "== C++ tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2 --timeout 900

@@ -60,12 +60,6 @@ StatusOr<bool> run_pass(ir::Graph& g, PassStats* stats = nullptr) {
   return r;
 }
 
-const ir::Node* find(const ir::Graph& g, const std::string& name) {
-  for (const ir::Node& n : g.nodes())
-    if (n.name == name) return &n;
-  return nullptr;
-}
-
 TEST(FuseResidualAdd, FusesBothResidualsOfALayer) {
   ir::Graph g = layer();
   const int x = g.inputs()[0];
@@ -134,7 +128,9 @@ void expect_unchanged(ir::Graph g, const char* why, const char* note = nullptr) 
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_FALSE(*r) << why;
   EXPECT_EQ(g.nodes().size(), before) << why;
-  if (note != nullptr) EXPECT_TRUE(test::any_note_has(stats.notes, note)) << why;
+  if (note != nullptr) {
+    EXPECT_TRUE(test::any_note_has(stats.notes, note)) << why;
+  }
 }
 
 TEST(FuseResidualAdd, NotAnAddWithAScale) {

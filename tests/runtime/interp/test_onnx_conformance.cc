@@ -187,7 +187,11 @@ double as_double(const Tensor& t, int64_t i) {
     case DType::kU8:
     case DType::kBool:
       return t.data<uint8_t>()[i];
-    case DType::kQ8:  // compiler weight format, never an ONNX tensor
+    case DType::kQ8:  // compiler weight formats, never an ONNX tensor
+    case DType::kF32P16:
+    case DType::kBF16P16:
+    case DType::kBF16Dot:
+    case DType::kBF16DotT16:
       return 0;
   }
   return 0;
