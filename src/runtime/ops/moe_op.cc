@@ -271,8 +271,9 @@ void combine(const OpCall& c, const MoeLayout& l, int64_t t, int64_t d, int64_t 
 // where the two vCPUs sit on different L3s (this host, some minutes: a
 // 300-400 ns round trip between them against 50-65) two-thread int8
 // prefill of k3-base took 82-85 ms a step that way against 79-80 ms now;
-// where they share one, 68-69 ms either way (docs/performance.md, "The
-// MoE splits tokens, not experts"). Each token's result is the
+// where they share one, reading each expert once was about 2% faster
+// (medians 68.6 against 70.2 ms; docs/performance.md, "The MoE splits
+// tokens, not experts"). Each token's result is the
 // same bits as on one thread (a product's element does not depend on M).
 // Returns whether it ran (false: fewer than kTokenSplitMinRowsPerExpert
 // rows per expert and thread, or one thread; the caller takes the column
