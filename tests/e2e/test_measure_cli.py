@@ -205,23 +205,20 @@ def test_profile_prefill_judges_its_step_against_peaks_measured_after_it(k3: K3R
 def test_profile_prefill_reports_the_core_round_trip_without_limits(k3: K3Runner, checkpoints: dict) -> None:
     """--no-limits skips the peaks but not the round trip between two
     threads: it is what tells an A/B run which placement each side met."""
-    r = k3.run("profile", "--model", checkpoints["k3-tiny"], "--phase", "prefill", "--context", "16", "--steps", "1",
-               "--threads", "2", "--no-limits", "--no-counters", "--json")
-    assert r.returncode == 0, r.stderr
-    prof = json.loads(r.stdout)
+    def profile(threads: str, *extra: str) -> str:
+        r = k3.run("profile", "--model", checkpoints["k3-tiny"], "--phase", "prefill", "--context", "16", "--steps",
+                   "1", "--threads", threads, "--no-limits", "--no-counters", *extra)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    prof = json.loads(profile("2", "--json"))
     assert prof["limits"] is None  # --no-limits
     before, after = prof["core_round_trip_ns"]
     assert 0 < before < 1e6 and 0 < after < 1e6
-    r = k3.run("profile", "--model", checkpoints["k3-tiny"], "--phase", "prefill", "--context", "16", "--steps", "1",
-               "--threads", "2", "--no-limits", "--no-counters")
-    assert r.returncode == 0, r.stderr
-    line = next(x for x in r.stdout.splitlines() if x.startswith("core round trip "))
+    line = next(x for x in profile("2").splitlines() if x.startswith("core round trip "))
     assert "ran ~40% longer; docs/performance.md)" in line, line  # the text's % is not a format directive
     # One thread has no round trip to measure.
-    r = k3.run("profile", "--model", checkpoints["k3-tiny"], "--phase", "prefill", "--context", "16", "--steps", "1",
-               "--threads", "1", "--no-limits", "--no-counters", "--json")
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["core_round_trip_ns"] is None
+    assert json.loads(profile("1", "--json"))["core_round_trip_ns"] is None
 
 
 def test_profile_takes_a_k3m_and_names_bad_model_files(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:
