@@ -23,6 +23,7 @@
 #include "kernels/kernels.h"
 #include "util/half.h"
 #include "util/panel.h"
+#include "util/q8_panel.h"
 #include "util/quant.h"
 #include "util/tiles.h"
 
@@ -130,22 +131,33 @@ void bm_gemm_bf16dot_tiles(benchmark::State& state, const KernelTable* t, int64_
 }
 
 // As bm_gemm with int8 weights (util/quant.h rows: 1.0625 bytes per weight).
-void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies) {
+// panels: the same weights in the int8 panel layout (gemm_nt_q8p16).
+void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies,
+                bool panels) {
   const auto A = random_vec(M * K);
   const auto Wf = random_vec(N * K);
   const auto rb = static_cast<int64_t>(k3::ir::q8_row_bytes(static_cast<uint64_t>(K)));
   std::vector<uint8_t> W1(static_cast<size_t>(N * rb));
   for (int64_t n = 0; n < N; ++n) k3::quantize_q8_row(Wf.data() + n * K, K, W1.data() + n * rb);
+  const int64_t bytes = panels ? k3::panel_count(N) * k3::q8_panel_bytes(K) : N * rb;
+  if (panels) {
+    std::vector<uint8_t> P(static_cast<size_t>(bytes));
+    k3::pack_q8_panels(W1.data(), N, K, P.data());
+    W1 = std::move(P);
+  }
   const auto W = replicate(W1, copies);
   std::vector<float> C(static_cast<size_t>(M * N));
   int64_t i = 0;
   for (auto _ : state) {
-    const uint8_t* w = W.data() + (i++ % copies) * N * rb;
-    t->gemm_nt_q8(M, 0, N, K, A.data(), K, w, C.data(), N);
+    const uint8_t* w = W.data() + (i++ % copies) * bytes;
+    if (panels)
+      t->gemm_nt_q8p16(M, 0, N, K, A.data(), K, w, C.data(), N);
+    else
+      t->gemm_nt_q8(M, 0, N, K, A.data(), K, w, C.data(), N);
     benchmark::DoNotOptimize(C.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * N * rb);
+  state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -264,8 +276,10 @@ struct GemmShape {
 
 // The int8 GEMM over enough copies of W that each call reads it from memory.
 void register_q8_stream(const std::string& prefix, const KernelTable* t, const GemmShape& s, int64_t stream) {
-  benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_stream" + s.name()).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
-                               (stream / (s.N * s.K * 4) + 1) * 64 / 17);
+  for (const bool panels : {false, true})
+    benchmark::RegisterBenchmark(
+        (prefix + (panels ? "/gemm_nt_q8p16_stream" : "/gemm_nt_q8_stream") + s.name()).c_str(), bm_gemm_q8, t, s.M,
+        s.N, s.K, (stream / (s.N * s.K * 4) + 1) * 64 / 17, panels);
 }
 
 }  // namespace
@@ -312,7 +326,9 @@ int main(int argc, char** argv) {
         register_q8_stream(prefix, t, s, stream);
       }
       benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
-                                   int64_t{1});
+                                   int64_t{1}, false);
+      benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8p16_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
+                                   int64_t{1}, true);
     }
     // int8 experts of a 128-token prefill get 12-64 rows each: the prefetch
     // level of q8_drive.h's prefill chunks changes with the W row's length.

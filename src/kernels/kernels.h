@@ -159,6 +159,21 @@ struct KernelTable {
   // equal, bit for bit, to gemm_nt_p16 on the widened matrix.
   void (*gemm_nt_bf16p16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                           float* C, int64_t ldc, ReadNext next);
+  // gemm_nt_q8 with W in the int8 panel layout (util/q8_panel.h; W is the
+  // tensor's first panel, K % 32 == 0, K <= kQ8MaxK): the activations
+  // rounded as gemm_nt_q8 rounds them, each block's dot product exact in
+  // integers, and the blocks summed in one chain in block order,
+  //   C[m, n] = fma(sw[n, B-1] * sa[m, B-1], dot[B-1], ... fma(sw[n, 0] * sa[m, 0], dot[0], 0.0f))
+  // (B = K / 32; sw * sa rounded to f32 first), in every table: results are
+  // bit-identical across M, [n0, n1) and ISAs, and differ from gemm_nt_q8's
+  // on the same weights in the last bits. Any [n0, n1) within the N rows
+  // works; ranges on multiples of 16 avoid computing a shared panel twice.
+  // The AVX-512 VNNI table has the kernel this layout is for; the others
+  // run the scalar one.
+  void (*gemm_nt_q8p16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                        float* C, int64_t ldc);
+  // gemm_nt_q8p16 in two steps (PreparedGemm above; ldw is implied).
+  PreparedGemm q8p16_prepared;
 
   // y[n] = (x - mean) / sqrt(var + eps) * w + b   (biased variance), one row.
   void (*layernorm)(const float* x, const float* w, const float* b, float eps, int64_t n, float* y);

@@ -11,6 +11,8 @@
 //   gemm_nt_q8  like gemm_nt vs the reference on the dequantized weights; bit-exact across M and splits
 //   PreparedGemm (q8, bf16dot) bit-exact vs the same table's one-step kernel, across splits and row ranges
 //   gemm_nt_p16, _bf16p16  bit-exact vs the scalar table (one fma chain per element), across M and splits
+//   gemm_nt_q8p16  bit-exact vs the scalar table (one fma chain over blocks), across M and splits;
+//               like gemm_nt vs the row layout's gemm_nt_q8 on the same weights
 //   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
 //   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
 //   add         bit-exact; axpy |y - ref| <= 1e-6 * max(1, |ref|) (fma vs mul + add)
@@ -35,6 +37,7 @@
 #include "kernels/kernels.h"
 #include "util/half.h"
 #include "util/panel.h"
+#include "util/q8_panel.h"
 #include "util/quant.h"
 #include "util/tiles.h"
 
@@ -720,6 +723,144 @@ TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
     }
   }
   EXPECT_LE(t().q8_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
+}
+
+// ---- int8 panels (gemm_nt_q8p16, util/q8_panel.h) -------------------------
+
+std::vector<uint8_t> q8_panels(const std::vector<uint8_t>& rows, int64_t N, int64_t K) {
+  std::vector<uint8_t> p(static_cast<size_t>(panel_count(N) * q8_panel_bytes(K)), 0xee);
+  pack_q8_panels(rows.data(), N, K, p.data());
+  return p;
+}
+
+TEST(Q8PanelFormat, PanelsHoldTheRowsValuesAndScalesAndPadWithZeroWeights) {
+  std::mt19937 rng(31);
+  for (int64_t N : {1, 15, 16, 17, 40}) {
+    for (int64_t K : {32, 96, 544}) {
+      const auto Q = quantize(random_vec(N * K, rng), N, K);
+      const auto P = q8_panels(Q, N, K);
+      const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+      for (int64_t n = 0; n < panel_count(N) * ir::kPanelRows; ++n) {
+        const uint8_t* panel = P.data() + n / ir::kPanelRows * q8_panel_bytes(K);
+        for (int64_t k = 0; k < K; ++k) {
+          const int8_t want = n < N ? static_cast<int8_t>(Q[static_cast<size_t>(n * rb + q8_offset(k, K))]) : 0;
+          ASSERT_EQ(q8_panel_q(P.data(), K, n, k), want) << "N=" << N << " K=" << K << " n=" << n << " k=" << k;
+        }
+        for (int64_t b = 0; b < K / 32; ++b) {
+          const float want = n < N ? q8_scale(Q.data() + n * rb, K, b) : 0.0f;
+          ASSERT_EQ(bits(q8_panel_scale(panel, K, n % ir::kPanelRows, b)), bits(want)) << "n=" << n << " b=" << b;
+        }
+      }
+      // Stored offset by 128: a padding row's weights are the byte 0x80.
+      if (N % ir::kPanelRows != 0) {
+        const uint8_t* last = P.data() + (panel_count(N) - 1) * q8_panel_bytes(K);
+        for (int64_t k = 0; k < K; ++k)
+          ASSERT_EQ(last[q8_panel_offset(ir::kPanelRows - 1, k)], 0x80) << "N=" << N << " k=" << k;
+      }
+    }
+  }
+  EXPECT_EQ(q8_panel_bytes(512), static_cast<int64_t>(16 * ir::q8_row_bytes(512)));
+}
+
+// Each table's int8 panel product equals the scalar one bit for bit (one
+// fma chain over the blocks, kernels.h), lies within the gemm tolerance of
+// the row layout's product on the same weights, and writes nothing outside
+// [0, N). K: one block, a partial group of blocks (96, 320), a full group,
+// a full group and a partial one, several groups.
+TEST_P(KernelTest, GemmQ8PanelsBitExactVsScalarAndNearTheRows) {
+  std::mt19937 rng(32);
+  for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 13, 37}) {
+    for (int64_t K : {32, 96, 320, 512, 544, 1056}) {
+      for (int64_t N : {1, 3, 15, 16, 17, 33, 64, 100}) {
+        const int64_t lda = K + 3, ldc = N + 1;
+        const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
+        const auto Q = quantize(random_vec(N * K, rng), N, K);
+        const auto P = q8_panels(Q, N, K);
+        const auto W = dequantize(Q, N, K);
+        std::vector<float> C(strided_size(M, N, ldc), -7.0f), R(C), Rows(C);
+        t().gemm_nt_q8p16(M, 0, N, K, A.data(), lda, P.data(), C.data(), ldc);
+        ref().gemm_nt_q8p16(M, 0, N, K, A.data(), lda, P.data(), R.data(), ldc);
+        ref().gemm_nt_q8(M, 0, N, K, A.data(), lda, Q.data(), Rows.data(), ldc);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            const int64_t i = m * ldc + n;
+            ASSERT_EQ(bits(C[i]), bits(R[i])) << "M=" << M << " K=" << K << " N=" << N << " m=" << m << " n=" << n;
+            float mag = 0.0f;
+            for (int64_t k = 0; k < K; ++k) mag += std::fabs(A[m * lda + k] * W[n * K + k]);
+            ASSERT_NEAR(C[i], Rows[i], 1e-5f * std::sqrt(static_cast<float>(K)) * mag) << "M=" << M << " K=" << K;
+          }
+          for (int64_t n = N; n < ldc && m * ldc + n < static_cast<int64_t>(C.size()); ++n)
+            ASSERT_EQ(C[m * ldc + n], -7.0f) << "wrote outside [0, N)";
+        }
+      }
+    }
+  }
+}
+
+// Batched rows equal single-row calls, and any column split (cutting panels
+// or not) equals one whole call, bit for bit.
+TEST_P(KernelTest, GemmQ8PanelsBitExactAcrossBatchAndSplits) {
+  std::mt19937 rng(33);
+  constexpr int64_t N = 75;  // four whole panels and a partial one
+  for (int64_t K : {32, 320, 1056}) {
+    const auto P = q8_panels(quantize(random_vec(N * K, rng), N, K), N, K);
+    for (int64_t M : {5, 8, 13}) {
+      const auto A = random_vec(M * K, rng);
+      std::vector<float> whole(static_cast<size_t>(M * N));
+      t().gemm_nt_q8p16(M, 0, N, K, A.data(), K, P.data(), whole.data(), N);
+      std::vector<float> single(static_cast<size_t>(N));
+      for (int64_t m = 0; m < M; ++m) {
+        t().gemm_nt_q8p16(1, 0, N, K, A.data() + m * K, K, P.data(), single.data(), N);
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(bits(single[n]), bits(whole[m * N + n])) << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
+      }
+      for (int64_t step : {1, 5, 16, 21, 32}) {
+        std::vector<float> split(static_cast<size_t>(M * N), 0.0f);
+        for (int64_t n0 = 0; n0 < N; n0 += step)
+          t().gemm_nt_q8p16(M, n0, n0 + step < N ? n0 + step : N, K, A.data(), K, P.data(), split.data(), N);
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_EQ(bits(split[i]), bits(whole[i])) << "K=" << K << " M=" << M << " step=" << step;
+      }
+    }
+  }
+}
+
+// A NaN or inf activation makes its row's results NaN and leaves the other
+// rows' bits alone, as for the row layout.
+TEST_P(KernelTest, GemmQ8PanelsNonFiniteActivationGivesNaNRow) {
+  std::mt19937 rng(34);
+  for (const int64_t K : {int64_t{96}, int64_t{544}}) {
+    const int64_t M = 4, N = 19;
+    auto A = random_vec(M * K, rng);
+    A[1 * K + 37] = std::nanf("");
+    A[2 * K + 95] = std::numeric_limits<float>::infinity();
+    A[3 * K + 0] = -std::numeric_limits<float>::infinity();
+    const auto P = q8_panels(quantize(random_vec(N * K, rng), N, K), N, K);
+    std::vector<float> C(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
+    t().gemm_nt_q8p16(M, 0, N, K, A.data(), K, P.data(), C.data(), N);
+    t().gemm_nt_q8p16(1, 0, N, K, A.data(), K, P.data(), alone.data(), N);
+    for (int64_t n = 0; n < N; ++n) {
+      ASSERT_TRUE(std::isfinite(C[static_cast<size_t>(n)])) << "n " << n;
+      ASSERT_EQ(bits(C[static_cast<size_t>(n)]), bits(alone[static_cast<size_t>(n)]));
+      for (int64_t m = 1; m < M; ++m)
+        ASSERT_TRUE(std::isnan(C[static_cast<size_t>(m * N + n)])) << "K " << K << " m " << m << " n " << n;
+    }
+  }
+}
+
+TEST_P(KernelTest, PreparedQ8PanelGemmIsTheUnsplitKernelBitForBit) {
+  std::mt19937 rng(35);
+  constexpr int64_t N = 37;
+  for (int64_t K : {32, 320, 544, 2048}) {
+    const auto P = q8_panels(quantize(random_vec(N * K, rng), N, K), N, K);
+    for (int64_t M : {1, 3, 8, 9, 70}) {
+      const auto A = random_vec(M * K, rng);
+      expect_prepared_matches(
+          t().q8p16_prepared, M, N, K, q8_prepared_row_bytes_bound(K), A, P.data(), 0,
+          [&](int64_t m, const float* a, float* c) { t().gemm_nt_q8p16(m, 0, N, K, a, K, P.data(), c, N); });
+    }
+  }
+  EXPECT_LE(t().q8p16_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
 }
 
 TEST_P(KernelTest, PreparedBf16DotGemmIsTheUnsplitKernelBitForBit) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/prepared_chunks.h"
+#include "kernels/ref/scalar_q8p16.h"
 #include "kernels/tiles_via_rows.h"
 #include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
@@ -892,6 +893,8 @@ constexpr KernelTable kTable = {
                                gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16>>},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
+    .gemm_nt_q8p16 = gemm_nt_q8p16_scalar,  // no AVX2 kernel for int8 panels
+    .q8p16_prepared = {q8p16_row_bytes_scalar, prepare_q8p16_scalar, gemm_q8p16_prepared_scalar},
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "kernels/prepared_chunks.h"
+#include "kernels/ref/scalar_q8p16.h"
 #include "kernels/tiles_via_rows.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/bf16dot_round.h"
@@ -859,6 +860,8 @@ constexpr KernelTable kTable = {
                                gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16<P>>>},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
+    .gemm_nt_q8p16 = gemm_nt_q8p16_scalar,  // the VNNI table below replaces it
+    .q8p16_prepared = {q8p16_row_bytes_scalar, prepare_q8p16_scalar, gemm_q8p16_prepared_scalar},
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,
@@ -881,6 +884,8 @@ constexpr KernelTable with_features(bool vnni, bool bf16) {
   if (vnni) {
     t.gemm_nt_q8 = gemm_nt_q8_avx512vnni<P>;
     t.q8_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<P>};
+    t.gemm_nt_q8p16 = gemm_nt_q8p16_avx512vnni;
+    t.q8p16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p16_prepared_avx512vnni};
   }
   if (bf16) {
     t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16<P>;

@@ -9,6 +9,7 @@
 
 #include "kernels/prepared_chunks.h"
 #include "kernels/x86/avx512_util.h"
+#include "kernels/x86/panel_split.h"
 #include "kernels/x86/q8_drive.h"
 #include "kernels/x86/tables.h"
 
@@ -329,6 +330,129 @@ constexpr Q8Tiling kTiling = {kQ8Mr,       kFarMaxM,    kQ8FarNr1<P>,      kQ8Nr
                               kQ8ActBytes, kQ8FarAhead, P == Prefetch::kL2};
 static_assert(kQ8FarNr1<Prefetch::kL2> <= kQ8Nr, "the L2 level's one-row tile is one of kQ8Tiles");
 
+// ---- int8 panels (gemm_nt_q8p16) ------------------------------------------
+//
+// W in the int8 panel layout (util/q8_panel.h): a 64-byte load of block b,
+// step t of a panel holds weights 32b + 4t .. +3 of its 16 rows, stored
+// offset by 128, so vpdpbusd takes it as is (no xor) against the
+// activation row's 4 bytes broadcast: lane c accumulates row c's block dot
+// (exact, with the prepared row's -128 * block sum as its start). Per
+// block and tile (MR rows x NP panels):
+//   acc = -128 * sum(a of block b)                       (MR x NP, 16 lanes)
+//   acc = dpbusd(acc, w, broadcast(a[4 bytes]))  x 8
+//   facc = fma(w_scale * a_scale, float(acc), facc)      (16 outputs at once)
+// and each lane is one output: no horizontal sums. The prepared rows are the
+// kQ8 kernel's (prepare_row_q8: blocks interleaved 4 bytes at a time within
+// groups of 16), so block b, step t of a row sits at group b / 16, offset
+// t * 4r + 4 (b % 16), r the group's block count. One thread on the Zen 4
+// host, bench_kernels avx512/gemm_nt_q8(p16)?_(hot|stream), 2 rounds in
+// turn, GOP/s, rows -> panels: M128 N1536 K512 hot 265-288 -> 323, M32
+// 284-289 -> 306-322; M16 N512 K1536 streamed 247-258 -> 281-292; M8 N512
+// K320 (the attention output projection, 10 of 16 lanes busy in the row
+// tile) 158 -> 293-296. One row (decode) is slower: M1 N1536 K512 streamed
+// 48.8-52.3 -> 41.6, its 2-panel tile keeping 2 streams where the row
+// tiles keep 4 far apart.
+constexpr int kQ8PMr = 4;  // rows of A per prefill tile
+constexpr int kQ8PNp = 2;  // panels per tile: 4 x 2 holds 8 int and 8 f32 accumulators and 2 W in zmm
+
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
+inline float load_f32(const uint8_t* p) {
+  float v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
+
+// C[0..MR, 16 * NP columns) = prepared rows qa[0..MR) (qa_stride bytes
+// apart) . (NP panels from W, ps bytes apart)^T; panel j's outputs go to
+// C + j * pcs. Spreads `spread`'s prefetches over its blocks.
+template <int MR, int NP>
+void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t ps, float* C, int64_t ldc,
+              int64_t pcs, PanelSpread spread) {
+  const int64_t nb = K / 32;
+  const uint8_t* a_scales = qa + K;
+  const uint8_t* a_offsets = qa + K + nb * 4;
+  const uint8_t* w_scales = W + 16 * K;
+  __m512 facc[MR][NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) facc[i][j] = _mm512_setzero_ps();
+  SpreadState st(spread);
+  for (int64_t g = 0; g * 16 < nb; ++g) {
+    const int64_t r = min64(16, nb - g * 16), step = 4 * r;
+    for (int64_t l = 0; l < r; ++l) {
+      const int64_t b = g * 16 + l;
+      __m512i acc[MR][NP];
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512i c = _mm512_set1_epi32(load_i32(a_offsets + i * qa_stride + b * 4));
+#pragma GCC unroll 8
+        for (int j = 0; j < NP; ++j) acc[i][j] = c;
+      }
+      const uint8_t* wb = W + b * 512;
+      const uint8_t* ab = qa + g * 512 + 4 * l;
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        __m512i wv[NP];
+#pragma GCC unroll 8
+        for (int j = 0; j < NP; ++j) wv[j] = _mm512_loadu_si512(wb + j * ps + t * 64);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m512i av = _mm512_set1_epi32(load_i32(ab + i * qa_stride + t * step));
+#pragma GCC unroll 8
+          for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], wv[j], av);
+        }
+      }
+#pragma GCC unroll 8
+      for (int j = 0; j < NP; ++j) {
+        const __m512 sw =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + j * ps + b * 32)));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m512 sa = _mm512_set1_ps(load_f32(a_scales + i * qa_stride + b * 4));
+          facc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
+        }
+      }
+      if (spread.lines > 0) panel_spread_step(spread, st, nb);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) _mm512_storeu_ps(C + i * ldc + j * pcs, facc[i][j]);
+}
+
+using Q8PTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t, int64_t,
+                           PanelSpread);
+// kQ8PTiles[(mr - 1) * kQ8PNp + np - 1] = q8p_tile<mr, np>.
+template <int... I>
+constexpr auto make_q8p_tiles(std::integer_sequence<int, I...>) {
+  return std::array<Q8PTileFn, sizeof...(I)>{q8p_tile<I / kQ8PNp + 1, I % kQ8PNp + 1>...};
+}
+constexpr auto kQ8PTiles = make_q8p_tiles(std::make_integer_sequence<int, kQ8PMr * kQ8PNp>{});
+
+// C[M, 16 * p0 .. 16 * p1) over whole panels: groups of kQ8PNp panels, each
+// reused from cache by all the row tiles (heights within one of each
+// other), which prefetch the next group into L2 while they compute.
+void gemm_q8p_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t* qa, int64_t stride, const uint8_t* W,
+                    float* C, int64_t ldc) {
+  const int64_t ps = 17 * K;  // q8_panel_bytes (util/q8_panel.h: baseline code)
+  const int64_t ntiles = (M + kQ8PMr - 1) / kQ8PMr;
+  for (int64_t p = p0; p < p1; p += kQ8PNp) {
+    const int64_t np = min64(kQ8PNp, p1 - p), nn = min64(kQ8PNp, p1 - p - np);
+    const PanelSpread spread = panel_spread_after(W + (p + np) * ps, nn * ps, ReadNext{}, 0);
+    for (int64_t r = 0; r < ntiles; ++r) {
+      const RowTile rt = row_tile(M, r, ntiles, spread);
+      kQ8PTiles[(rt.mr - 1) * kQ8PNp + np - 1](K, qa + rt.m * stride, stride, W + p * ps, ps, C + rt.m * ldc + 16 * p,
+                                               ldc, 16, rt.spread);
+    }
+  }
+}
+
 }  // namespace
 
 // This file's PreparedGemm (kernels.h): the rows prepared above, the driver
@@ -350,6 +474,25 @@ template <Prefetch Pf>
 void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                            float* C, int64_t ldc) {
   gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<Pf>>(
+      M, n0, n1, K, A, lda, W, 0, C, ldc);
+}
+// The int8 panel GEMM (kernels.h, gemm_nt_q8p16) on the same prepared rows;
+// a thread's share that cuts a panel computes it whole on the stack
+// (panel_split.h). Independent of the prefetch level: its tiles prefetch
+// into L2 as the f32 panel tiles do.
+void gemm_q8p16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
+                                    int64_t /*ldw: implied*/, float* C, int64_t ldc) {
+  const auto* W = static_cast<const uint8_t*>(Wv);
+  const int64_t stride = K / 32 * kQ8ActBytes, ps = 17 * K;
+  gemm_panels_split<kQ8PMr>(
+      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_q8p_whole(M, p0, p1, K, P, stride, W, C, ldc); },
+      [&](int64_t m, int64_t mr, int64_t p, float* out) {
+        kQ8PTiles[(mr - 1) * kQ8PNp](K, P + m * stride, stride, W + p * ps, ps, out, 16, 16, PanelSpread{});
+      });
+}
+void gemm_nt_q8p16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+                              const uint8_t* W, float* C, int64_t ldc) {
+  gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p16_prepared_avx512vnni>(
       M, n0, n1, K, A, lda, W, 0, C, ldc);
 }
 template void gemm_q8_prepared_avx512vnni<Prefetch::kL1>(int64_t, int64_t, int64_t, int64_t, const uint8_t*,
