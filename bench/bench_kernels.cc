@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
     }
     // int8 experts of a 128-token prefill get 12-64 rows each: the prefetch
     // level of q8_drive.h's prefill chunks changes with the W row's length.
-    for (const GemmShape& s : {GemmShape{16, 512, 1536}, GemmShape{48, 1536, 512}})
+    for (const GemmShape& s : {GemmShape{16, 512, 1536}, GemmShape{16, 1536, 512}, GemmShape{48, 1536, 512}})
       register_q8_stream(prefix, t, s, stream);
     benchmark::RegisterBenchmark((prefix + "/prepare_q8/M32_K1536").c_str(), bm_prepare, &t->q8_prepared, int64_t{32},
                                  int64_t{1536});

@@ -3,7 +3,8 @@
 Usage (from the repository root)::
 
     python3 bench/targets.py --model DIR [--rounds 3] [--threads 2]
-        [--precisions fp32,bf16,int8] [--weight-layout rows] [--batches 1,4,8] [--prompt-len 128]
+        [--precisions fp32,bf16,int8] [--weight-layout rows] [--prefill-weight-layout panels]
+        [--batches 1,4,8] [--prompt-len 128]
         [--gen-len 32] [--repeat 3] [--workdir DIR] [--json FILE] [--markdown FILE]
 
 DIR is a checkpoint (``k3 init-model --preset k3-base --out DIR``). The
@@ -155,6 +156,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     ap.add_argument("--precisions", default="fp32,bf16,int8", help="any of fp32, bf16, bf16-f32, bf16-mixed, int8")
     ap.add_argument("--weight-layout", default="rows", choices=["rows", "panels", "tiles"],
                     help="k3 compile --weight-layout for every model (tiles needs bf16 only)")
+    ap.add_argument("--prefill-weight-layout", choices=["rows", "panels", "tiles"],
+                    help="k3 compile --weight-layout of the models the prefill profiles run (default: "
+                    "--weight-layout); another layout compiles a second model per precision, as a deployment "
+                    "whose prompts dominate would choose")
     ap.add_argument("--batches", default="1,4,8")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen-len", type=int, default=32)
@@ -192,6 +197,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"compiling {models[p].name} ({shape})", file=sys.stderr)
         run([k3, "compile", args.model, "--out", models[p], "--precision", p, "--weight-layout", args.weight_layout,
              "--input-shape", shape])  # fmt: skip
+    prefill_layout = args.prefill_weight_layout or args.weight_layout
+    prefill_models = dict(models)
+    if prefill_layout != args.weight_layout:
+        suffix = "" if prefill_layout == "rows" else f"-{prefill_layout}"
+        for p in precisions:
+            prefill_models[p] = work / f"{p}{suffix}-b{batches[-1]}.k3m"
+            print(f"compiling {prefill_models[p].name} ({shape}) for the prefill profiles", file=sys.stderr)
+            run([k3, "compile", args.model, "--out", prefill_models[p], "--precision", p,
+                 "--weight-layout", prefill_layout, "--input-shape", shape])  # fmt: skip
     labels = {p: models[p].name for p in precisions}
     rows = make_targets(precisions, batches)
     raw: list[dict] = []
@@ -209,7 +223,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         bench_json = json.loads(bench_out.read_text())
         profiles = {}
         for p in precisions:
-            out = run([k3, "profile", "-m", models[p], "--phase", "prefill", "--context", args.prompt_len,
+            out = run([k3, "profile", "-m", prefill_models[p], "--phase", "prefill", "--context", args.prompt_len,
                        "--steps", 5, "--warmup", 2, "-t", args.threads, "--json"])  # fmt: skip
             profiles[p] = json.loads(out)
         add_round(rows, bench_json, profiles, labels)
@@ -217,6 +231,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     table = markdown_table(rows, args.rounds)
     print(table, end="")
     print(placement_line([r["profiles"] for r in raw], precisions), end="")
+    print(f"weight layout: decode {args.weight_layout}, prefill {prefill_layout}")
     if args.markdown:
         Path(args.markdown).write_text(table)
     if args.json:

@@ -14,6 +14,12 @@
 // (util/panel.h): column panels of 16 rows of W, each stored k-major
 // ([K][16]), the last panel zero-padded to 16. Also not per-element sized.
 //
+// kQ8P16 is a kQ8 matrix in the compiler's int8 panel layout (`k3 compile
+// --precision int8 --weight-layout panels`, util/q8_panel.h): panels of 16
+// rows, each block of 32 columns stored as 8 steps of 4 weights of the 16
+// rows (offset by 128), then the panel's f16 scales; the last panel padded
+// with zero weights. The same weights as the kQ8 rows; not per-element sized.
+//
 // kBF16Dot is a bf16 matrix stored exactly as kBF16 (rows of K bf16) whose
 // products take the activations rounded to bf16 too (`k3 compile
 // --precision bf16`; kernels.h, gemm_nt_bf16dot): bf16 x bf16 dot products,
@@ -51,7 +57,8 @@ enum class DType : uint8_t {
   kF32P16,
   kBF16P16,
   kBF16Dot,
-  kBF16DotT16
+  kBF16DotT16,
+  kQ8P16
 };
 
 // Elements per kQ8 scale (a block of one row).
@@ -108,6 +115,8 @@ inline uint64_t dtype_size(DType t) {
       return 2;
     case DType::kBF16DotT16:
       return 2;  // per stored element; see dtype_bytes() for the padding
+    case DType::kQ8P16:
+      return 1;  // the int8 values only; see dtype_bytes()
   }
   return 0;
 }
@@ -142,13 +151,15 @@ inline std::string_view dtype_name(DType t) {
       return "bf16dot";
     case DType::kBF16DotT16:
       return "bf16dot_t16";
+    case DType::kQ8P16:
+      return "q8p16";
   }
   return "?";
 }
 
 // Bytes of a tensor of this dtype and shape, or nullopt when the shape is
-// invalid for it (negative dims, overflow, a kQ8 tensor whose rows are not
-// whole blocks, a panel or tile tensor that is not a matrix).
+// invalid for it (negative dims, overflow, a kQ8 or kQ8P16 tensor whose rows
+// are not whole blocks, a panel or tile tensor that is not a matrix).
 inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> shape) {
   if (t == DType::kF32P16 || t == DType::kBF16P16) {
     if (shape.size() != 2 || shape[0] < 0 || shape[0] > INT64_MAX - kPanelRows) return std::nullopt;
@@ -162,6 +173,14 @@ inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> sha
     const int64_t padded[2] = {(shape[0] + kTileRows - 1) / kTileRows * kTileRows,
                                (shape[1] + kTileCols - 1) / kTileCols * kTileCols};
     return checked_numel_bytes(padded, dtype_size(t));
+  }
+  if (t == DType::kQ8P16) {  // whole panels of 16 kQ8 rows (util/q8_panel.h)
+    if (shape.size() != 2 || shape[0] < 0 || shape[0] > INT64_MAX - kPanelRows || shape[1] % kQ8Block != 0)
+      return std::nullopt;
+    const int64_t padded[2] = {(shape[0] + kPanelRows - 1) / kPanelRows * kPanelRows, shape[1]};
+    auto n = checked_numel_bytes(padded, 1);
+    if (!n) return std::nullopt;
+    return *n + *n / kQ8Block * kQ8ScaleBytes;
   }
   if (t != DType::kQ8) return checked_numel_bytes(shape, dtype_size(t));
   if (shape.empty() || shape.back() % kQ8Block != 0) return std::nullopt;

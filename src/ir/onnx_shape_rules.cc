@@ -1226,6 +1226,7 @@ int64_t dtype_to_onnx(DType t) {
     case DType::kBF16P16:
     case DType::kBF16Dot:
     case DType::kBF16DotT16:
+    case DType::kQ8P16:
       return 0;
   }
   return 0;

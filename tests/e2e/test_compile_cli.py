@@ -140,7 +140,7 @@ def test_precision_shrinks_the_weights_read(k3, checkpoints, tmp_path, precision
     assert len(b["generated_ids"][0]) == 4
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16-f32", "bf16-mixed"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16-f32", "bf16-mixed", "int8"])
 def test_panel_layout_keeps_greedy_tokens(k3, checkpoints, tmp_path, precision):
     """--weight-layout panels stores the matrices as k-major panels of 16 rows
     (the pack-weights pass): the file grows only by the padding of the last
@@ -149,7 +149,8 @@ def test_panel_layout_keeps_greedy_tokens(k3, checkpoints, tmp_path, precision):
     With --precision bf16 the matrices are bf16dot (bf16-rounded activations),
     which the panel kernels do not compute, so nothing is packed; with
     --precision bf16-f32 they are widened bf16, which the panels take, and
-    with bf16-mixed the Linears are (its experts stay bf16dot rows)."""
+    with bf16-mixed the Linears are (its experts stay bf16dot rows). int8
+    matrices become int8 panels (the same values and scales)."""
     rows, panels, rep = tmp_path / "rows.k3m", tmp_path / "panels.k3m", tmp_path / "report.json"
     compile_model(k3, checkpoints["k3-small"], rows, "--precision", precision)
     compile_model(k3, checkpoints["k3-small"], panels, "--precision", precision, "--weight-layout", "panels",

@@ -5,6 +5,8 @@ counting as zero."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from k3_e2e import load_bench_script
 
@@ -100,3 +102,25 @@ def test_placement_line_reports_each_profile_round_trip() -> None:
     assert line.startswith("core round trip before/after each prefill profile (ns): ")
     assert "round 1: bf16 51/50, int8 330/52" in line
     assert "round 2: bf16 -, int8 -" in line
+
+
+def test_prefill_layout_compiles_a_second_model_for_the_prefill_profiles(k3, checkpoints, tmp_path, capsys) -> None:
+    """--prefill-weight-layout panels: decode runs the row-layout model, the
+    prefill profile a panel-layout one compiled beside it, and the output
+    says which layout each phase ran."""
+    t = _targets()
+    work = tmp_path / "work"
+    out_json = tmp_path / "targets.json"
+    rc = t.main([
+        "--model", str(checkpoints["k3-tiny"]), "--precisions", "int8", "--batches", "1", "--rounds", "1",
+        "--prompt-len", "8", "--gen-len", "2", "--repeat", "1", "--threads", "1",
+        "--prefill-weight-layout", "panels", "--workdir", str(work), "--k3-bin", str(k3.binary),
+        "--json", str(out_json),
+    ])  # fmt: skip
+    assert rc == 0
+    assert (work / "int8-b1.k3m").is_file() and (work / "int8-panels-b1.k3m").is_file()
+    assert "weight layout: decode rows, prefill panels" in capsys.readouterr().out
+    data = json.loads(out_json.read_text())
+    assert data["settings"]["prefill_weight_layout"] == "panels"
+    prefill = [r for r in data["targets"] if r["name"].startswith("prefill int8")]
+    assert len(prefill) == 1 and len(prefill[0]["values"]) == 1

@@ -15,6 +15,7 @@
 #include "passes/weight_test_util.h"
 #include "util/half.h"
 #include "util/panel.h"
+#include "util/q8_panel.h"
 #include "util/tiles.h"
 
 namespace k3::passes {
@@ -172,23 +173,53 @@ TEST(PackWeights, MustNotPackTiedWeightForItsOtherReader) {
   EXPECT_EQ(input_of(g, "output", 1).dtype, DType::kF32P16);
 }
 
-TEST(PackWeights, MustNotPackActivationsOrInt8) {
+TEST(PackWeights, MustNotPackActivations) {
   ir::Graph g;
   const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
   const int a = g.add_input("w_act", DType::kF32, {32, 32}, RowDim::kFixed);  // weight fed at run time
-  const int y = node(g, OpKind::kLinear, "act", {x, a});
-  g.mark_output(node(g, OpKind::kLinear, "q8", {y, g.add_weight("w", DType::kF32, {32, 32}, weights().data())}));
-  ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
-  ASSERT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8);
+  g.mark_output(node(g, OpKind::kLinear, "act", {x, a}));
   auto changed = PackWeights().run(g);
   ASSERT_TRUE(changed.ok());
   EXPECT_FALSE(*changed);
   EXPECT_EQ(input_of(g, "act", 1).dtype, DType::kF32);
-  EXPECT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8);
 }
 
-TEST(PackWeights, MustNotPackAnInt8Moe) {
-  // Experts quantized to int8 keep their row format, and the pass notes why.
+// int8 matrices (`--precision int8`) become int8 panels (util/q8_panel.h):
+// the same values and scales as the rows, in panels of 16 rows.
+TEST(PackWeights, PacksInt8MatricesIntoInt8Panels) {
+  ir::Graph g;
+  const float* w = weights().data();
+  const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
+  g.mark_output(node(g, OpKind::kLinear, "q8", {x, g.add_weight("w", DType::kF32, {40, 32}, w)}));
+  std::vector<int> moe_in{x, g.add_weight("gate", DType::kF32, {2, 32}, w)};
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {64, 32}, w + 100 * e));
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {32, 64}, w + 100 * e + 50));
+  }
+  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+  ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
+  ASSERT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8);
+  const ir::Value rows = input_of(g, "q8", 1);
+  const std::vector<uint8_t> row_bytes(static_cast<const uint8_t*>(rows.data),
+                                       static_cast<const uint8_t*>(rows.data) + rows.bytes());
+  auto changed = PackWeights().run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  const ir::Value& v = input_of(g, "q8", 1);
+  EXPECT_EQ(v.dtype, DType::kQ8P16);
+  EXPECT_EQ(v.shape, (std::vector<int64_t>{40, 32}));
+  std::vector<uint8_t> want(static_cast<size_t>(panel_count(40) * q8_panel_bytes(32)));
+  pack_q8_panels(row_bytes.data(), 40, 32, want.data());
+  ASSERT_EQ(v.bytes(), want.size());
+  EXPECT_EQ(std::memcmp(v.data, want.data(), want.size()), 0);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kQ8P16) << i;
+  EXPECT_EQ(input_of(g, "moe", 1).dtype, DType::kF32) << "the gate stays f32 rows";
+}
+
+TEST(PackWeights, MustNotPackAMoeWhoseExpertsTheKernelsDoNotTake) {
+  // Experts made bf16dot (`--precision bf16`) keep their row format, and the
+  // pass notes why.
   ir::Graph g;
   const float* w = weights().data();
   const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
@@ -198,12 +229,12 @@ TEST(PackWeights, MustNotPackAnInt8Moe) {
     moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {32, 32}, w + 100 * e + 50));
   }
   g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
-  ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
+  ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
   PackWeights pass;
   auto changed = pass.run(g);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
   EXPECT_FALSE(*changed);
-  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kQ8) << i;
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16Dot) << i;
   EXPECT_EQ(input_of(g, "moe", 1).dtype, DType::kF32);
   ASSERT_EQ(pass.stats().notes.size(), 1u);
   EXPECT_NE(pass.stats().notes[0].find("moe"), std::string::npos);
@@ -289,6 +320,10 @@ TEST(PackWeights, PackedFp32ModelMatchesRowsAndReferenceOps) {
 
 TEST(PackWeights, PackedBf16ModelMatchesRowsAndReferenceOps) {
   expect_packed_equals_rows("bf16");
+}
+
+TEST(PackWeights, PackedInt8ModelMatchesRowsAndReferenceOps) {
+  expect_packed_equals_rows("int8");
 }
 
 }  // namespace

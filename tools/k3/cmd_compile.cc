@@ -189,7 +189,8 @@ Registered add_compile(CLI::App& app) {
   sub->add_option(
       "--weight-layout", f->weight_layout,
       "Layout of Linear and expert matrices: rows (default; fastest decode here), panels (f32/bf16 "
-      "matrices, bf16-mixed's Linears, as k-major panels of 16 rows; faster prefill) or tiles (with --precision bf16: "
+      "matrices, bf16-mixed's Linears and int8 matrices, as panels of 16 rows; faster prefill, int8 panels on "
+      "AVX-512 VNNI only) or tiles (with --precision bf16: "
       "contiguous AMX tiles, for the amx kernel table); see docs/performance.md");
   sub->add_option("--kv-dtype", f->kv_dtype,
                   "Element type of the KV cache: f32 (default) or bf16 (half the bytes attention reads per cached "

@@ -73,6 +73,7 @@ const char* npy_descr(ir::DType t) {
     case ir::DType::kBF16P16:
     case ir::DType::kBF16Dot:
     case ir::DType::kBF16DotT16:
+    case ir::DType::kQ8P16:
       return nullptr;
   }
   return nullptr;

@@ -346,12 +346,11 @@ static_assert(kQ8FarNr1<Prefetch::kL2> <= kQ8Nr, "the L2 level's one-row tile is
 // groups of 16), so block b, step t of a row sits at group b / 16, offset
 // t * 4r + 4 (b % 16), r the group's block count. One thread on the Zen 4
 // host, bench_kernels avx512/gemm_nt_q8(p16)?_(hot|stream), 2 rounds in
-// turn, GOP/s, rows -> panels: M128 N1536 K512 hot 265-288 -> 323, M32
-// 284-289 -> 306-322; M16 N512 K1536 streamed 247-258 -> 281-292; M8 N512
-// K320 (the attention output projection, 10 of 16 lanes busy in the row
-// tile) 158 -> 293-296. One row (decode) is slower: M1 N1536 K512 streamed
-// 48.8-52.3 -> 41.6, its 2-panel tile keeping 2 streams where the row
-// tiles keep 4 far apart.
+// turn, GOP/s, rows -> panels: M128 N1536 K512 hot 292-296 -> 326-331; M16
+// N1536 K512 streamed (a thread's expert at prefill) 269 -> 304-306; M8
+// N512 K320 hot (the attention output projection, 10 of 16 lanes busy in
+// the row tile) 158 -> 284-297. One row (decode) streams slower: M1 N1536
+// K512 28.2-28.7 -> 20.2 GB/s (docs/performance.md, "int8 panels").
 constexpr int kQ8PMr = 4;  // rows of A per prefill tile
 constexpr int kQ8PNp = 2;  // panels per tile: 4 x 2 holds 8 int and 8 f32 accumulators and 2 W in zmm
 
@@ -364,6 +363,41 @@ inline float load_f32(const uint8_t* p) {
   float v;
   __builtin_memcpy(&v, p, 4);
   return v;
+}
+
+// One block of 32 k for a q8p_tile: a[i] is row i's first word of the
+// block, w[j] panel j's first byte of it, step the bytes between a row's
+// words t and t + 1 (64 in a full group of 16 blocks, known at compile time
+// there so each broadcast is one load off a row pointer held in a register;
+// with the step read at run time GCC 12 kept 32 precomputed addresses on
+// the stack and loaded one per broadcast).
+template <int MR, int NP, int kStep>
+__attribute__((always_inline)) inline void q8p_block(const uint8_t* const (&a)[MR], const uint8_t* const (&w)[NP],
+                                                     int64_t step, const __m512i (&offset)[MR], const __m512 (&sa)[MR],
+                                                     const __m512 (&sw)[NP], __m512 (&facc)[MR][NP]) {
+  const int64_t st = kStep != 0 ? kStep : step;
+  __m512i acc[MR][NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) acc[i][j] = offset[i];
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) {
+    __m512i wv[NP];
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) wv[j] = _mm512_loadu_si512(w[j] + t * 64);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512i av = _mm512_set1_epi32(load_i32(a[i] + t * st));
+#pragma GCC unroll 8
+      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], wv[j], av);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NP; ++j)
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+      facc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sw[j], sa[i]), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
 }
 
 // C[0..MR, 16 * NP columns) = prepared rows qa[0..MR) (qa_stride bytes
@@ -383,40 +417,29 @@ void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W,
     for (int j = 0; j < NP; ++j) facc[i][j] = _mm512_setzero_ps();
   SpreadState st(spread);
   for (int64_t g = 0; g * 16 < nb; ++g) {
-    const int64_t r = min64(16, nb - g * 16), step = 4 * r;
+    const int64_t r = min64(16, nb - g * 16);
     for (int64_t l = 0; l < r; ++l) {
       const int64_t b = g * 16 + l;
-      __m512i acc[MR][NP];
+      const uint8_t* a[MR];
+      __m512i offset[MR];
+      __m512 sa[MR];
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        const __m512i c = _mm512_set1_epi32(load_i32(a_offsets + i * qa_stride + b * 4));
-#pragma GCC unroll 8
-        for (int j = 0; j < NP; ++j) acc[i][j] = c;
+        a[i] = qa + i * qa_stride + g * 512 + 4 * l;
+        offset[i] = _mm512_set1_epi32(load_i32(a_offsets + i * qa_stride + b * 4));
+        sa[i] = _mm512_set1_ps(load_f32(a_scales + i * qa_stride + b * 4));
       }
-      const uint8_t* wb = W + b * 512;
-      const uint8_t* ab = qa + g * 512 + 4 * l;
-#pragma GCC unroll 8
-      for (int t = 0; t < 8; ++t) {
-        __m512i wv[NP];
-#pragma GCC unroll 8
-        for (int j = 0; j < NP; ++j) wv[j] = _mm512_loadu_si512(wb + j * ps + t * 64);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          const __m512i av = _mm512_set1_epi32(load_i32(ab + i * qa_stride + t * step));
-#pragma GCC unroll 8
-          for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], wv[j], av);
-        }
-      }
+      const uint8_t* w[NP];
+      __m512 sw[NP];
 #pragma GCC unroll 8
       for (int j = 0; j < NP; ++j) {
-        const __m512 sw =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + j * ps + b * 32)));
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          const __m512 sa = _mm512_set1_ps(load_f32(a_scales + i * qa_stride + b * 4));
-          facc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sw, sa), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
-        }
+        w[j] = W + j * ps + b * 512;
+        sw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + j * ps + b * 32)));
       }
+      if (r == 16)
+        q8p_block<MR, NP, 64>(a, w, 64, offset, sa, sw, facc);
+      else
+        q8p_block<MR, NP, 0>(a, w, 4 * r, offset, sa, sw, facc);
       if (spread.lines > 0) panel_spread_step(spread, st, nb);
     }
   }
@@ -435,20 +458,30 @@ constexpr auto make_q8p_tiles(std::integer_sequence<int, I...>) {
 }
 constexpr auto kQ8PTiles = make_q8p_tiles(std::make_integer_sequence<int, kQ8PMr * kQ8PNp>{});
 
-// C[M, 16 * p0 .. 16 * p1) over whole panels: groups of kQ8PNp panels, each
-// reused from cache by all the row tiles (heights within one of each
-// other), which prefetch the next group into L2 while they compute.
+// C[M, 16 * p0 .. 16 * p1) over whole panels: up to kQ8PRowChunk rows at a
+// time, over groups of kQ8PNp panels, each reused from cache by all the
+// chunk's row tiles (heights within one of each other), which prefetch the
+// next group into L2 while they compute. The chunk keeps a group's rows of
+// A in L1 beside it: one thread, bench_kernels
+// avx512/gemm_nt_q8p16_stream (Zen 4, GOP/s), all rows at once -> 16 at a
+// time: M32 N1536 K512 287 -> 310, M48 282 -> 319, M32 N512 K1536 302 ->
+// 319; M16 and W in cache unchanged (8 rows at a time: the same within 3%).
+constexpr int64_t kQ8PRowChunk = 16;
 void gemm_q8p_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t* qa, int64_t stride, const uint8_t* W,
                     float* C, int64_t ldc) {
   const int64_t ps = 17 * K;  // q8_panel_bytes (util/q8_panel.h: baseline code)
-  const int64_t ntiles = (M + kQ8PMr - 1) / kQ8PMr;
-  for (int64_t p = p0; p < p1; p += kQ8PNp) {
-    const int64_t np = min64(kQ8PNp, p1 - p), nn = min64(kQ8PNp, p1 - p - np);
-    const PanelSpread spread = panel_spread_after(W + (p + np) * ps, nn * ps, ReadNext{}, 0);
-    for (int64_t r = 0; r < ntiles; ++r) {
-      const RowTile rt = row_tile(M, r, ntiles, spread);
-      kQ8PTiles[(rt.mr - 1) * kQ8PNp + np - 1](K, qa + rt.m * stride, stride, W + p * ps, ps, C + rt.m * ldc + 16 * p,
-                                               ldc, 16, rt.spread);
+  for (int64_t m0 = 0; m0 < M; m0 += kQ8PRowChunk) {
+    const int64_t mc = min64(kQ8PRowChunk, M - m0), ntiles = (mc + kQ8PMr - 1) / kQ8PMr;
+    const uint8_t* a = qa + m0 * stride;
+    float* c = C + m0 * ldc;
+    for (int64_t p = p0; p < p1; p += kQ8PNp) {
+      const int64_t np = min64(kQ8PNp, p1 - p), nn = min64(kQ8PNp, p1 - p - np);
+      const PanelSpread spread = panel_spread_after(W + (p + np) * ps, nn * ps, ReadNext{}, 0);
+      for (int64_t r = 0; r < ntiles; ++r) {
+        const RowTile rt = row_tile(mc, r, ntiles, spread);
+        kQ8PTiles[(rt.mr - 1) * kQ8PNp + np - 1](K, a + rt.m * stride, stride, W + p * ps, ps, c + rt.m * ldc + 16 * p,
+                                                 ldc, 16, rt.spread);
+      }
     }
   }
 }

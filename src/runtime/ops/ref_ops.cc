@@ -11,6 +11,7 @@
 #include "runtime/ops/op_call.h"
 #include "util/half.h"
 #include "util/panel.h"
+#include "util/q8_panel.h"
 #include "util/quant.h"
 #include "util/tiles.h"
 
@@ -84,6 +85,19 @@ WeightF32 weight_f32(const TensorArg& w) {
     out.data = out.owned.data();
     return out;
   }
+  if (w.value->dtype == ir::DType::kQ8P16) {
+    WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    for (int64_t r = 0; r < w.dim(0); ++r) {
+      const uint8_t* panel = base + r / ir::kPanelRows * q8_panel_bytes(w.cols());
+      for (int64_t k = 0; k < w.cols(); ++k)
+        out.owned[static_cast<size_t>(r * w.cols() + k)] =
+            static_cast<float>(q8_panel_q(base, w.cols(), r, k)) *
+            q8_panel_scale(panel, w.cols(), r % ir::kPanelRows, k / ir::kQ8Block);
+    }
+    out.data = out.owned.data();
+    return out;
+  }
   if (w.value->dtype == ir::DType::kF32P16 || w.value->dtype == ir::DType::kBF16P16) {
     std::vector<float> rows(static_cast<size_t>(n));
     if (w.value->dtype == ir::DType::kF32P16) {
@@ -125,7 +139,8 @@ void linear_weight(const float* x, int64_t rows, int64_t k_dim, const TensorArg&
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
     return linear_rows(xr.data(), rows, k_dim, wf.data, n_dim, y);
   }
-  if (w.value->dtype != ir::DType::kQ8) return linear_rows(x, rows, k_dim, wf.data, n_dim, y);
+  if (w.value->dtype != ir::DType::kQ8 && w.value->dtype != ir::DType::kQ8P16)
+    return linear_rows(x, rows, k_dim, wf.data, n_dim, y);
   std::vector<float> xq(static_cast<size_t>(rows * k_dim));
   std::vector<int8_t> q(static_cast<size_t>(k_dim));
   std::vector<float> scales(static_cast<size_t>(k_dim / ir::kQ8Block));
