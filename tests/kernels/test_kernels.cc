@@ -569,6 +569,13 @@ TEST(Q8Format, NonFiniteWeightMakesItsBlockNaN) {
     }
 }
 
+// kQ8 rows -> the int8 panel layout (util/q8_panel.h).
+std::vector<uint8_t> q8_panels(const std::vector<uint8_t>& rows, int64_t N, int64_t K) {
+  std::vector<uint8_t> p(static_cast<size_t>(panel_count(N) * q8_panel_bytes(K)), 0xee);
+  pack_q8_panels(rows.data(), N, K, p.data());
+  return p;
+}
+
 // The int8 product equals the scalar reference (and so gemm_nt on the
 // dequantized matrix) within the gemm tolerance, and is bit-identical
 // batched or not and however the columns are split.
@@ -639,26 +646,36 @@ TEST_P(KernelTest, GemmQ8RoundsActivationsExactlyLikeTheReference) {
 // the SIMD table, and was undefined behaviour in the reference), and leaves
 // the other rows' bits alone.
 // K 96 is one partial group; K 544 a full group of 16 blocks (rounded 16
-// at a time by the VNNI table), then a partial one.
+// at a time by the VNNI table), then a partial one. The same for the int8
+// panel layout (gemm_nt_q8p16), N 19 a whole panel and a padded one.
 TEST_P(KernelTest, GemmQ8NonFiniteActivationGivesNaNRow) {
   std::mt19937 rng(7);
   for (const int64_t K : {int64_t{96}, int64_t{544}}) {
-    const int64_t M = 4, N = 9;
+    const int64_t M = 4, N = 19;
     auto A = random_vec(M * K, rng);
     A[1 * K + 37] = std::nanf("");
     A[2 * K + 95] = std::numeric_limits<float>::infinity();
     A[3 * K + 0] = -std::numeric_limits<float>::infinity();
     const auto Q = quantize(random_vec(N * K, rng), N, K);
+    const auto P = q8_panels(Q, N, K);
     for (const KernelTable* table : {&t(), &ref()}) {
-      std::vector<float> C(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
-      table->gemm_nt_q8(M, 0, N, K, A.data(), K, Q.data(), C.data(), N);
-      table->gemm_nt_q8(1, 0, N, K, A.data(), K, Q.data(), alone.data(), N);
-      for (int64_t n = 0; n < N; ++n) {
-        ASSERT_TRUE(std::isfinite(C[static_cast<size_t>(n)])) << isa_name(table->isa) << " n " << n;
-        ASSERT_EQ(bits(C[static_cast<size_t>(n)]), bits(alone[static_cast<size_t>(n)])) << isa_name(table->isa);
-        for (int64_t m = 1; m < M; ++m)
-          ASSERT_TRUE(std::isnan(C[static_cast<size_t>(m * N + n)]))
-              << isa_name(table->isa) << " K " << K << " m " << m << " n " << n;
+      for (const bool panels : {false, true}) {
+        std::vector<float> C(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
+        if (panels) {
+          table->gemm_nt_q8p16(M, 0, N, K, A.data(), K, P.data(), C.data(), N);
+          table->gemm_nt_q8p16(1, 0, N, K, A.data(), K, P.data(), alone.data(), N);
+        } else {
+          table->gemm_nt_q8(M, 0, N, K, A.data(), K, Q.data(), C.data(), N);
+          table->gemm_nt_q8(1, 0, N, K, A.data(), K, Q.data(), alone.data(), N);
+        }
+        const std::string where = std::string(isa_name(table->isa)) + (panels ? " panels" : " rows");
+        for (int64_t n = 0; n < N; ++n) {
+          ASSERT_TRUE(std::isfinite(C[static_cast<size_t>(n)])) << where << " n " << n;
+          ASSERT_EQ(bits(C[static_cast<size_t>(n)]), bits(alone[static_cast<size_t>(n)])) << where;
+          for (int64_t m = 1; m < M; ++m)
+            ASSERT_TRUE(std::isnan(C[static_cast<size_t>(m * N + n)]))
+                << where << " K " << K << " m " << m << " n " << n;
+        }
       }
     }
   }
@@ -726,12 +743,6 @@ TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
 }
 
 // ---- int8 panels (gemm_nt_q8p16, util/q8_panel.h) -------------------------
-
-std::vector<uint8_t> q8_panels(const std::vector<uint8_t>& rows, int64_t N, int64_t K) {
-  std::vector<uint8_t> p(static_cast<size_t>(panel_count(N) * q8_panel_bytes(K)), 0xee);
-  pack_q8_panels(rows.data(), N, K, p.data());
-  return p;
-}
 
 TEST(Q8PanelFormat, PanelsHoldTheRowsValuesAndScalesAndPadWithZeroWeights) {
   std::mt19937 rng(31);
@@ -821,29 +832,6 @@ TEST_P(KernelTest, GemmQ8PanelsBitExactAcrossBatchAndSplits) {
         for (int64_t i = 0; i < M * N; ++i)
           ASSERT_EQ(bits(split[i]), bits(whole[i])) << "K=" << K << " M=" << M << " step=" << step;
       }
-    }
-  }
-}
-
-// A NaN or inf activation makes its row's results NaN and leaves the other
-// rows' bits alone, as for the row layout.
-TEST_P(KernelTest, GemmQ8PanelsNonFiniteActivationGivesNaNRow) {
-  std::mt19937 rng(34);
-  for (const int64_t K : {int64_t{96}, int64_t{544}}) {
-    const int64_t M = 4, N = 19;
-    auto A = random_vec(M * K, rng);
-    A[1 * K + 37] = std::nanf("");
-    A[2 * K + 95] = std::numeric_limits<float>::infinity();
-    A[3 * K + 0] = -std::numeric_limits<float>::infinity();
-    const auto P = q8_panels(quantize(random_vec(N * K, rng), N, K), N, K);
-    std::vector<float> C(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
-    t().gemm_nt_q8p16(M, 0, N, K, A.data(), K, P.data(), C.data(), N);
-    t().gemm_nt_q8p16(1, 0, N, K, A.data(), K, P.data(), alone.data(), N);
-    for (int64_t n = 0; n < N; ++n) {
-      ASSERT_TRUE(std::isfinite(C[static_cast<size_t>(n)])) << "n " << n;
-      ASSERT_EQ(bits(C[static_cast<size_t>(n)]), bits(alone[static_cast<size_t>(n)]));
-      for (int64_t m = 1; m < M; ++m)
-        ASSERT_TRUE(std::isnan(C[static_cast<size_t>(m * N + n)])) << "K " << K << " m " << m << " n " << n;
     }
   }
 }

@@ -173,6 +173,18 @@ TEST(PackWeights, MustNotPackTiedWeightForItsOtherReader) {
   EXPECT_EQ(input_of(g, "output", 1).dtype, DType::kF32P16);
 }
 
+// A MoE "moe" over x (d wide) with two f32 experts of width f and a gate,
+// marked as an output.
+void add_moe(ir::Graph& g, int x, int64_t d, int64_t f) {
+  const float* w = weights().data();
+  std::vector<int> moe_in{x, g.add_weight("gate", DType::kF32, {2, d}, w)};
+  for (int e = 0; e < 2; ++e) {
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {f, d}, w + 100 * e));
+    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {d, f}, w + 100 * e + 50));
+  }
+  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+}
+
 TEST(PackWeights, MustNotPackActivations) {
   ir::Graph g;
   const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
@@ -191,12 +203,7 @@ TEST(PackWeights, PacksInt8MatricesIntoInt8Panels) {
   const float* w = weights().data();
   const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
   g.mark_output(node(g, OpKind::kLinear, "q8", {x, g.add_weight("w", DType::kF32, {40, 32}, w)}));
-  std::vector<int> moe_in{x, g.add_weight("gate", DType::kF32, {2, 32}, w)};
-  for (int e = 0; e < 2; ++e) {
-    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {64, 32}, w + 100 * e));
-    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {32, 64}, w + 100 * e + 50));
-  }
-  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+  add_moe(g, x, 32, 64);
   ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
   ASSERT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8);
   const ir::Value rows = input_of(g, "q8", 1);
@@ -221,14 +228,7 @@ TEST(PackWeights, MustNotPackAMoeWhoseExpertsTheKernelsDoNotTake) {
   // Experts made bf16dot (`--precision bf16`) keep their row format, and the
   // pass notes why.
   ir::Graph g;
-  const float* w = weights().data();
-  const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
-  std::vector<int> moe_in{x, g.add_weight("gate", DType::kF32, {2, 32}, w)};
-  for (int e = 0; e < 2; ++e) {
-    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".up", DType::kF32, {32, 32}, w + 100 * e));
-    moe_in.push_back(g.add_weight("e" + std::to_string(e) + ".down", DType::kF32, {32, 32}, w + 100 * e + 50));
-  }
-  g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
+  add_moe(g, g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens), 32, 32);
   ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
   PackWeights pass;
   auto changed = pass.run(g);
