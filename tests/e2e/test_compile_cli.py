@@ -167,6 +167,21 @@ def test_panel_layout_keeps_greedy_tokens(k3, checkpoints, tmp_path, precision):
     assert a == b
 
 
+def test_int8_panels_off_vnni_are_noted(k3, checkpoints, tmp_path):
+    """int8 panels have a SIMD kernel on AVX-512 VNNI only: the other tables
+    run the scalar one, far slower than on rows, and k3 says so once; not
+    for --isa scalar (asked for), nor for an int8 model in rows."""
+    rows, panels = tmp_path / "rows.k3m", tmp_path / "panels.k3m"
+    compile_model(k3, checkpoints["k3-small"], rows, "--precision", "int8")
+    compile_model(k3, checkpoints["k3-small"], panels, "--precision", "int8", "--weight-layout", "panels")
+    note = "k3: note: the int8 matrices are in the panel layout"
+    noted = k3.run(*k3.generate_args(panels, [PROMPT], max_new_tokens=1, isa="avx2"))
+    assert noted.returncode == 0 and noted.stderr.count(note) == 1, noted.stderr
+    for model, isa in ((panels, "scalar"), (rows, "avx2")):
+        plain = k3.run(*k3.generate_args(model, [PROMPT], max_new_tokens=1, isa=isa))
+        assert plain.returncode == 0 and note not in plain.stderr, (model.name, isa, plain.stderr)
+
+
 def test_weight_layout_tiles_is_the_rows_bit_for_bit(k3, checkpoints, tmp_path):
     """--weight-layout tiles stores the bf16dot matrices as contiguous AMX
     tiles (16 rows x 32 columns each, padded): the file grows by the padding

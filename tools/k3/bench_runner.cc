@@ -109,7 +109,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
     if (!e.ok()) return e.status().with_context(s.models[m]);
     loaded[m].load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     loaded[m].engine = std::move(e).value();
-    note_tiles_off_amx(*loaded[m].engine);
+    note_layout_kernels(*loaded[m].engine);
     loaded[m].gen = std::make_unique<runtime::Generator>(*loaded[m].engine);
     result.isa = std::string(kernels::isa_name(loaded[m].engine->kernels().isa));
     result.prefetch = std::string(kernels::table_prefetch(loaded[m].engine->kernels()));

@@ -120,7 +120,7 @@ int run_generate(const GenerateFlags& f) {
   const auto t_load = std::chrono::steady_clock::now();
   auto engine = runtime::Engine::load(f.model, eo);
   if (!engine.ok()) return report(engine.status());
-  note_tiles_off_amx(**engine);
+  note_layout_kernels(**engine);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
 
   std::optional<tok::Tokenizer> tokenizer;

@@ -117,7 +117,7 @@ int run_profile(const ProfileFlags& f) {
   auto engine = runtime::Engine::load(f.model, *eo);
   if (!engine.ok()) return report(engine.status());
   runtime::Engine& e = **engine;
-  note_tiles_off_amx(e);
+  note_layout_kernels(e);
   if (e.executor() != Executor::kPlan)
     return report(
         unimplemented("k3 profile times the ops of a planned model; this one runs an ONNX graph op by op, "

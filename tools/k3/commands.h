@@ -50,10 +50,12 @@ int engine_threads(int threads, const std::string& cpus);
 // --mmap, the same text in every command that loads a model.
 void add_mmap_flag(CLI::App* sub, bool* mmap);
 
-// One "k3: note:" line on stderr when the engine's matrices are in the tile
-// layout (k3 compile --weight-layout tiles) but its kernel table is not
-// amx: the other tables unpack the tiles and run slower than on rows.
-void note_tiles_off_amx(const runtime::Engine& engine);
+// One "k3: note:" line on stderr for each weight layout the engine's kernel
+// table has no fast kernel for: the tile layout (k3 compile --weight-layout
+// tiles) off the amx table, which the others unpack and run slower than on
+// rows; int8 panels (--precision int8 --weight-layout panels) on a table
+// other than scalar that runs the scalar kernel for them (no AVX-512 VNNI).
+void note_layout_kernels(const runtime::Engine& engine);
 
 // --isa scalar|avx2|avx512|amx and --prefetch l1|l2, the same in every
 // command that runs a model.
