@@ -727,19 +727,25 @@ void expect_prepared_matches(const PreparedGemm& pg, int64_t M, int64_t N, int64
         << "K=" << K << " M=" << M << " rows from " << r0;
 }
 
+// Both int8 layouts: rows (q8_prepared) and panels (q8p16_prepared).
 TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
   std::mt19937 rng(21);
   constexpr int64_t N = 37;
   for (int64_t K : {32, 320, 544, 2048}) {
     const auto Q = quantize(random_vec(N * K, rng), N, K);
+    const auto P = q8_panels(Q, N, K);
     for (int64_t M : {1, 3, 8, 9, 70}) {
       const auto A = random_vec(M * K, rng);
       expect_prepared_matches(
           t().q8_prepared, M, N, K, q8_prepared_row_bytes_bound(K), A, Q.data(), 0,
           [&](int64_t m, const float* a, float* c) { t().gemm_nt_q8(m, 0, N, K, a, K, Q.data(), c, N); });
+      expect_prepared_matches(
+          t().q8p16_prepared, M, N, K, q8_prepared_row_bytes_bound(K), A, P.data(), 0,
+          [&](int64_t m, const float* a, float* c) { t().gemm_nt_q8p16(m, 0, N, K, a, K, P.data(), c, N); });
     }
   }
   EXPECT_LE(t().q8_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
+  EXPECT_LE(t().q8p16_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
 }
 
 // ---- int8 panels (gemm_nt_q8p16, util/q8_panel.h) -------------------------
@@ -834,21 +840,6 @@ TEST_P(KernelTest, GemmQ8PanelsBitExactAcrossBatchAndSplits) {
       }
     }
   }
-}
-
-TEST_P(KernelTest, PreparedQ8PanelGemmIsTheUnsplitKernelBitForBit) {
-  std::mt19937 rng(35);
-  constexpr int64_t N = 37;
-  for (int64_t K : {32, 320, 544, 2048}) {
-    const auto P = q8_panels(quantize(random_vec(N * K, rng), N, K), N, K);
-    for (int64_t M : {1, 3, 8, 9, 70}) {
-      const auto A = random_vec(M * K, rng);
-      expect_prepared_matches(
-          t().q8p16_prepared, M, N, K, q8_prepared_row_bytes_bound(K), A, P.data(), 0,
-          [&](int64_t m, const float* a, float* c) { t().gemm_nt_q8p16(m, 0, N, K, a, K, P.data(), c, N); });
-    }
-  }
-  EXPECT_LE(t().q8p16_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
 }
 
 TEST_P(KernelTest, PreparedBf16DotGemmIsTheUnsplitKernelBitForBit) {
