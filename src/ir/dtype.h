@@ -161,9 +161,11 @@ inline std::string_view dtype_name(DType t) {
 // invalid for it (negative dims, overflow, a kQ8 or kQ8P16 tensor whose rows
 // are not whole blocks, a panel or tile tensor that is not a matrix).
 inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> shape) {
-  if (t == DType::kF32P16 || t == DType::kBF16P16) {
+  if (t == DType::kF32P16 || t == DType::kBF16P16 || t == DType::kQ8P16) {
     if (shape.size() != 2 || shape[0] < 0 || shape[0] > INT64_MAX - kPanelRows) return std::nullopt;
     const int64_t padded[2] = {(shape[0] + kPanelRows - 1) / kPanelRows * kPanelRows, shape[1]};
+    // int8 panels: whole panels of 16 kQ8 rows (util/q8_panel.h).
+    if (t == DType::kQ8P16) return dtype_bytes(DType::kQ8, padded);
     return checked_numel_bytes(padded, dtype_size(t));
   }
   if (t == DType::kBF16DotT16) {
@@ -173,14 +175,6 @@ inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> sha
     const int64_t padded[2] = {(shape[0] + kTileRows - 1) / kTileRows * kTileRows,
                                (shape[1] + kTileCols - 1) / kTileCols * kTileCols};
     return checked_numel_bytes(padded, dtype_size(t));
-  }
-  if (t == DType::kQ8P16) {  // whole panels of 16 kQ8 rows (util/q8_panel.h)
-    if (shape.size() != 2 || shape[0] < 0 || shape[0] > INT64_MAX - kPanelRows || shape[1] % kQ8Block != 0)
-      return std::nullopt;
-    const int64_t padded[2] = {(shape[0] + kPanelRows - 1) / kPanelRows * kPanelRows, shape[1]};
-    auto n = checked_numel_bytes(padded, 1);
-    if (!n) return std::nullopt;
-    return *n + *n / kQ8Block * kQ8ScaleBytes;
   }
   if (t != DType::kQ8) return checked_numel_bytes(shape, dtype_size(t));
   if (shape.empty() || shape.back() % kQ8Block != 0) return std::nullopt;

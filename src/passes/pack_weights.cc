@@ -31,8 +31,9 @@
 // Opt-in (`k3 compile --weight-layout panels`): on the development machine
 // (AVX2) it makes prefill 1.1-1.4x faster and decode up to ~10% slower than
 // the row kernels' far streams (docs/performance.md has the runs), so the
-// row layout stays the default. int8 panels: two-thread k3-base prefill
-// 7-9% faster on the Zen 4 host, batch-8 decode up to ~9% slower.
+// row layout stays the default. int8 panels on the Zen 4 host (AVX-512
+// VNNI): two-thread k3-base prefill 7-9% faster, batch-1 decode 13-15%
+// slower (docs/performance.md, "int8 panels").
 //
 // Guards (each has a must-not-pack test in tests/passes/test_pack_weights.cc):
 //   - only weight values (constants) are packed, never activations;

@@ -56,6 +56,13 @@ inline int8_t q8_panel_q(const uint8_t* W, int64_t K, int64_t n, int64_t k) {
   return static_cast<int8_t>(panel[q8_panel_offset(n % ir::kPanelRows, k)] ^ 0x80);
 }
 
+// The f32 weight the kernels compute with: float(q) * scale (q8_weight's
+// twin for panels).
+inline float q8_panel_weight(const uint8_t* W, int64_t K, int64_t n, int64_t k) {
+  const uint8_t* panel = W + n / ir::kPanelRows * q8_panel_bytes(K);
+  return static_cast<float>(q8_panel_q(W, K, n, k)) * q8_panel_scale(panel, K, n % ir::kPanelRows, k / ir::kQ8Block);
+}
+
 // dst (panel_count(N) * q8_panel_bytes(K) bytes) <- src, N kQ8 rows.
 inline void pack_q8_panels(const uint8_t* src, int64_t N, int64_t K, uint8_t* dst) {
   const int64_t panels = panel_count(N), pb = q8_panel_bytes(K);

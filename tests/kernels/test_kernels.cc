@@ -777,6 +777,13 @@ TEST(Q8PanelFormat, PanelsHoldTheRowsValuesAndScalesAndPadWithZeroWeights) {
     }
   }
   EXPECT_EQ(q8_panel_bytes(512), static_cast<int64_t>(16 * ir::q8_row_bytes(512)));
+  // The size the loaders check: whole padded panels, rows of whole blocks.
+  const auto bytes = ir::dtype_bytes(ir::DType::kQ8P16, std::vector<int64_t>{17, 96});
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_EQ(*bytes, static_cast<uint64_t>(panel_count(17) * q8_panel_bytes(96)));
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kQ8P16, std::vector<int64_t>{16, 40}).has_value()) << "partial block";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kQ8P16, std::vector<int64_t>{16}).has_value()) << "not a matrix";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kQ8P16, std::vector<int64_t>{INT64_MAX, 32}).has_value()) << "overflow";
 }
 
 // Each table's int8 panel product equals the scalar one bit for bit (one

@@ -88,13 +88,9 @@ WeightF32 weight_f32(const TensorArg& w) {
   if (w.value->dtype == ir::DType::kQ8P16) {
     WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
     const auto* base = static_cast<const uint8_t*>(w.data);
-    for (int64_t r = 0; r < w.dim(0); ++r) {
-      const uint8_t* panel = base + r / ir::kPanelRows * q8_panel_bytes(w.cols());
+    for (int64_t r = 0; r < w.dim(0); ++r)
       for (int64_t k = 0; k < w.cols(); ++k)
-        out.owned[static_cast<size_t>(r * w.cols() + k)] =
-            static_cast<float>(q8_panel_q(base, w.cols(), r, k)) *
-            q8_panel_scale(panel, w.cols(), r % ir::kPanelRows, k / ir::kQ8Block);
-    }
+        out.owned[static_cast<size_t>(r * w.cols() + k)] = q8_panel_weight(base, w.cols(), r, k);
     out.data = out.owned.data();
     return out;
   }
