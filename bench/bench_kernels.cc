@@ -286,13 +286,14 @@ void register_q8_stream(const std::string& prefix, const KernelTable* t, const G
 
 int main(int argc, char** argv) {
   const int64_t stream = stream_bytes();
-  // M 1/4/8: decode at batch 1/4/8. M 32: one expert's share of a 128-token
+  // M 1/4/8: decode at batch 1/4/8. M 2: an expert's rows at batch 8
+  // decode (16 choices over 8 experts, about 7 of them hit). M 32: one expert's share of a 128-token
   // prefill (top-2 of 8 experts). M 128: a dense Linear over that prefill.
   // N 320 / K 320: k3-base's attention projections (5 heads of 64), whose K
   // of 320 is not a whole number of int8 16-block groups.
-  const GemmShape shapes[] = {{1, 1536, 512},   {4, 1536, 512},   {8, 1536, 512}, {32, 1536, 512},
-                              {128, 1536, 512}, {1, 512, 1536},   {4, 512, 1536}, {8, 512, 1536},
-                              {32, 512, 1536},  {128, 512, 1536}, {8, 320, 512},  {8, 512, 320}};
+  const GemmShape shapes[] = {{1, 1536, 512},  {2, 1536, 512},   {2, 512, 1536}, {4, 1536, 512}, {8, 1536, 512},
+                              {32, 1536, 512}, {128, 1536, 512}, {1, 512, 1536}, {4, 512, 1536}, {8, 512, 1536},
+                              {32, 512, 1536}, {128, 512, 1536}, {8, 320, 512},  {8, 512, 320}};
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     const KernelTable* t = k3::kernels::table_for(isa);
     if (t == nullptr) continue;
