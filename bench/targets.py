@@ -120,6 +120,23 @@ def placement_line(round_profiles: Sequence[dict[str, dict]], precisions: Sequen
     return "core round trip before/after each prefill profile (ns): " + "; ".join(parts) + "\n"
 
 
+def decode_placement_line(round_benches: Sequence[dict]) -> str:
+    """One line: per round, the range of the core round trips k3 bench took
+    after its decode runs (each result's median; ns). The decode fractions
+    are read against the bandwidth of the placement each run met, and the
+    far one (300-400 ns) has more bandwidth than batches of 4 and 8 stream
+    (docs/performance.md). "-" where bench measured none (one thread)."""
+    parts = []
+    for i, bench in enumerate(round_benches):
+        ns = []
+        for r in bench.get("results", []):
+            rt = r.get("core_round_trip_ns")
+            if isinstance(rt, dict) and isinstance(rt.get("median"), (int, float)) and rt["median"] > 0:
+                ns.append(rt["median"])
+        parts.append(f"round {i + 1}: " + (f"{min(ns):.0f}-{max(ns):.0f}" if ns else "-"))
+    return "core round trip after the decode runs (ns): " + "; ".join(parts) + "\n"
+
+
 def _pct(v: Optional[float]) -> str:
     return "-" if v is None else f"{100.0 * v:.1f}"
 
@@ -230,6 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raw.append({"bench": bench_json, "profiles": profiles})
     table = markdown_table(rows, args.rounds)
     print(table, end="")
+    print(decode_placement_line([r["bench"] for r in raw]), end="")
     print(placement_line([r["profiles"] for r in raw], precisions), end="")
     print(f"weight layout: decode {args.weight_layout}, prefill {prefill_layout}")
     if args.markdown:

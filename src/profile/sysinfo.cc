@@ -815,6 +815,10 @@ StatusOr<std::unique_ptr<ReadProbe>> ReadProbe::create(int threads, int64_t byte
 
 int ReadProbe::threads() const { return impl_->pool.size(); }
 
+double ReadProbe::round_trip_ns() {
+  return measure_round_trip_ns(impl_->pool);
+}
+
 double ReadProbe::measure(int reps) {
   double best = 0;
   for (int streams : kStreamCounts)

@@ -132,6 +132,9 @@ class ReadProbe {
   // best_read_gb_per_s(threads) measures, at this moment.
   double measure(int reps = 3);
   int threads() const;
+  // measure_round_trip_ns on the probe's threads (0: one thread): which
+  // placement the threads met at this moment (sysinfo.h, core_round_trip_ns).
+  double round_trip_ns();
 
  private:
   struct Impl;

@@ -18,6 +18,7 @@ BENCH_KEYS = {
     "label", "batch", "ttft_ms", "decode_ms_per_token", "total_ms", "tokens_per_s", "decode_tokens_per_s",
     "requests_per_s", "decode_gb_per_s", "bytes_per_step", "read_bandwidth_fraction", "first_request_ttft_ms",
     "first_request_decode_ms_per_token", "allocations_per_step", "load_ms", "read_gb_per_s_now",
+    "core_round_trip_ns",
 }
 
 
@@ -74,11 +75,30 @@ def test_bench_reports_every_key_and_writes_files(k3: K3Runner, checkpoints: dic
         # The bandwidth probe ran after each measured run.
         now = p["read_gb_per_s_now"]
         assert 0 < now["min"] <= now["median"] <= now["max"]
+        assert p["core_round_trip_ns"] is None  # one thread: no second core to hand a line to
     # Batch 2 reads at least as many bytes per step as batch 1 (more KV, maybe more experts).
     assert data["results"][1]["bytes_per_step"] >= data["results"][0]["bytes_per_step"]
     assert out_md.read_text().startswith("model:")
     svg = out_svg.read_text()
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and "<polyline" in svg
+
+
+def test_bench_reports_the_core_round_trip_with_two_threads(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:
+    """With two threads, bench times a cache line handed between them after
+    every run, beside the bandwidth probe: the placement the run met."""
+    out = tmp_path / "b.json"
+    r = k3.run("bench", "--model", checkpoints["k3-tiny"], "--prompt-len", "4", "--gen-len", "3", "--repeat", "2",
+               "--warmup", "0", "--threads", "2", "--json", out, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "| core round trip ns |" in r.stdout
+    rt = json.loads(out.read_text())["results"][0]["core_round_trip_ns"]
+    assert 0 < rt["min"] <= rt["median"] <= rt["max"] < 1e6
+    # --no-probe: neither the bandwidth nor the round trip is measured.
+    r = k3.run("bench", "--model", checkpoints["k3-tiny"], "--prompt-len", "4", "--gen-len", "3", "--repeat", "1",
+               "--warmup", "0", "--threads", "2", "--no-probe", "--json", out, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "core round trip" not in r.stdout
+    assert json.loads(out.read_text())["results"][0]["core_round_trip_ns"] is None
 
 
 def test_bench_isa_picks_the_kernel_table(k3: K3Runner, checkpoints: dict, tmp_path: Path) -> None:

@@ -104,6 +104,19 @@ def test_placement_line_reports_each_profile_round_trip() -> None:
     assert "round 2: bf16 -, int8 -" in line
 
 
+def test_decode_placement_line_gives_each_round_range() -> None:
+    t = _targets()
+    benches = [
+        {"results": [{"core_round_trip_ns": {"median": 61.4}}, {"core_round_trip_ns": {"median": 338.0}}]},
+        {"results": [{"core_round_trip_ns": None}, {}]},
+        {},
+    ]
+    line = t.decode_placement_line(benches)
+    assert line.startswith("core round trip after the decode runs (ns): ")
+    assert "round 1: 61-338" in line
+    assert "round 2: -" in line and "round 3: -" in line
+
+
 def test_prefill_layout_compiles_a_second_model_for_the_prefill_profiles(k3, checkpoints, tmp_path, capsys) -> None:
     """--prefill-weight-layout panels: decode runs the row-layout model, the
     prefill profile a panel-layout one compiled beside it, and the output

@@ -219,6 +219,12 @@ TEST(ReadProbe, MeasuresAPositiveRateAndRejectsBadOptions) {
     const double gb = (*probe)->measure(1);
     EXPECT_TRUE(std::isfinite(gb) && gb > 0) << gb;
   }
+  // Two threads hand a line back and forth; one has no one to hand it to.
+  const double ns = (*probe)->round_trip_ns();
+  EXPECT_TRUE(std::isfinite(ns) && ns > 0 && ns < 1e6) << ns;
+  auto one = ReadProbe::create(1, int64_t{1} << 20);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ((*one)->round_trip_ns(), 0.0);
   EXPECT_FALSE(ReadProbe::create(0).ok());
   EXPECT_FALSE(ReadProbe::create(1, 1024).ok());
 }

@@ -110,6 +110,9 @@ std::string bench_table(const BenchResult& r) {
     if (probed)
       row(
           "read bandwidth now GB/s", [](const BenchPoint& p) { return p.probe_gb_per_s.median; }, 1);
+    if (std::any_of(pts.begin(), pts.end(), [](const BenchPoint* p) { return p->round_trip_ns.median > 0; }))
+      row(
+          "core round trip ns", [](const BenchPoint& p) { return p.round_trip_ns.median; }, 0);
     if (r.settings.read_gb_per_s > 0 || probed)
       row(
           "% of read bandwidth",
@@ -131,6 +134,10 @@ std::string bench_table(const BenchResult& r) {
     out +=
         "read bandwidth now: the machine's best read bandwidth measured right after each run (median); "
         "% of read bandwidth is the median over runs of the run's GB/s over that measurement\n";
+  if (std::any_of(r.points.begin(), r.points.end(), [](const BenchPoint& p) { return p.round_trip_ns.median > 0; }))
+    out +=
+        "core round trip: ns for two threads to hand a cache line back and forth, taken with each probe "
+        "(where vCPUs move, tens of ns on one L3, hundreds across two; docs/performance.md)\n";
   if (r.settings.read_gb_per_s > 0)
     out += "machine read bandwidth (k3 sysinfo cache" +
            std::string(r.settings.has_read_probe() ? ", for reference" : "") +
@@ -156,23 +163,25 @@ nlohmann::json bench_json(const BenchResult& r) {
                    {"read_gb_per_s", r.settings.read_gb_per_s}};
   j["results"] = nlohmann::json::array();
   for (const BenchPoint& p : r.points) {
-    j["results"].push_back({{"label", p.label},
-                            {"batch", p.batch},
-                            {"ttft_ms", stat_json(p.ttft_ms)},
-                            {"decode_ms_per_token", stat_json(p.decode_ms_per_step)},
-                            {"total_ms", stat_json(p.total_ms)},
-                            {"tokens_per_s", stat_json(p.tokens_per_s)},
-                            {"decode_tokens_per_s", stat_json(p.decode_tokens_per_s)},
-                            {"requests_per_s", stat_json(p.requests_per_s)},
-                            {"decode_gb_per_s", stat_json(p.decode_gb_per_s)},
-                            {"bytes_per_step", p.bytes_per_step},
-                            {"read_bandwidth_fraction", p.read_fraction},
-                            {"read_gb_per_s_now", stat_json(p.probe_gb_per_s)},
-                            {"first_request_ttft_ms", p.first_ttft_ms},
-                            {"first_request_decode_ms_per_token", p.first_decode_ms_per_step},
-                            {"allocations_per_step", p.allocations_per_step},
-                            {"load_ms", p.load_ms},
-                            {"weights_memory", p.weights_memory}});
+    j["results"].push_back(
+        {{"label", p.label},
+         {"batch", p.batch},
+         {"ttft_ms", stat_json(p.ttft_ms)},
+         {"decode_ms_per_token", stat_json(p.decode_ms_per_step)},
+         {"total_ms", stat_json(p.total_ms)},
+         {"tokens_per_s", stat_json(p.tokens_per_s)},
+         {"decode_tokens_per_s", stat_json(p.decode_tokens_per_s)},
+         {"requests_per_s", stat_json(p.requests_per_s)},
+         {"decode_gb_per_s", stat_json(p.decode_gb_per_s)},
+         {"bytes_per_step", p.bytes_per_step},
+         {"read_bandwidth_fraction", p.read_fraction},
+         {"read_gb_per_s_now", stat_json(p.probe_gb_per_s)},
+         {"core_round_trip_ns", p.round_trip_ns.median > 0 ? stat_json(p.round_trip_ns) : nlohmann::json(nullptr)},
+         {"first_request_ttft_ms", p.first_ttft_ms},
+         {"first_request_decode_ms_per_token", p.first_decode_ms_per_step},
+         {"allocations_per_step", p.allocations_per_step},
+         {"load_ms", p.load_ms},
+         {"weights_memory", p.weights_memory}});
   }
   return j;
 }

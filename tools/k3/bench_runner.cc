@@ -127,7 +127,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
         p.push_back(static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab)));
 
     struct Samples {
-      std::vector<double> ttft, step, total, tps, dtps, rps, gbps, bytes, allocs, probe, fraction;
+      std::vector<double> ttft, step, total, tps, dtps, rps, gbps, bytes, allocs, probe, fraction, round_trip;
       double first_ttft = -1, first_step = -1;
     };
     std::vector<Samples> samples(s.models.size());
@@ -173,6 +173,10 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
           sm.probe.push_back(now);
           if (counted && now > 0) sm.fraction.push_back(sm.gbps.back() / now);
         }
+        if (s.round_trip_probe) {
+          const double ns = s.round_trip_probe();
+          if (ns > 0) sm.round_trip.push_back(ns);
+        }
       }
     }
     for (size_t m = 0; m < s.models.size(); ++m) {
@@ -189,6 +193,7 @@ StatusOr<BenchResult> run_bench(const BenchSettings& s) {
       p.decode_gb_per_s = summarize(sm.gbps);
       p.bytes_per_step = summarize(sm.bytes).median;
       if (!sm.probe.empty()) p.probe_gb_per_s = summarize(sm.probe);
+      if (!sm.round_trip.empty()) p.round_trip_ns = summarize(sm.round_trip);
       if (!sm.fraction.empty())
         p.read_fraction = summarize(sm.fraction).median;
       else

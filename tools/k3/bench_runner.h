@@ -37,6 +37,12 @@ struct BenchSettings {
   // that moment. Empty: the fraction uses read_gb_per_s.
   std::function<double()> read_probe;
   bool has_read_probe() const { return static_cast<bool>(read_probe); }
+  // The core round trip now, in ns (ReadProbe::round_trip_ns; 0: one
+  // thread), taken with each read probe: on a host whose two vCPUs sit
+  // sometimes on one L3 and sometimes on two, it says which placement each
+  // run met (docs/performance.md, "where the two threads sit"). Empty: not
+  // measured.
+  std::function<double()> round_trip_probe;
 };
 
 // Median and spread of one metric over the repeats.
@@ -59,6 +65,7 @@ struct BenchPoint {
   // decode_gb_per_s.median / read_gb_per_s; -1 = unknown.
   double read_fraction = 0;
   Stat probe_gb_per_s;        // the probes after this point's runs (median 0: none)
+  Stat round_trip_ns;         // the core round trips after them (median 0: none)
   double first_ttft_ms = -1;  // first request after load (first batch size only; -1 otherwise)
   double first_decode_ms_per_step = -1;
   double allocations_per_step = -1;  // -1 = not counted

@@ -158,6 +158,7 @@ int run(const BenchFlags& f) {
     if (p.ok()) {
       probe = std::move(p).value();
       s.read_probe = [&probe] { return probe->measure(); };
+      s.round_trip_probe = [&probe] { return probe->round_trip_ns(); };
     } else {
       std::fprintf(stderr, "k3: warning: no in-run bandwidth probe (%s)\n", p.status().message().c_str());
     }
