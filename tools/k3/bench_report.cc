@@ -39,6 +39,12 @@ nlohmann::json stat_json(const Stat& s) {
   return {{"median", s.median}, {"min", s.min}, {"max", s.max}};
 }
 
+// Whether the core round trip was timed after this point's runs (two or
+// more threads and the in-run probe on; BenchPoint::round_trip_ns).
+bool has_round_trip(const BenchPoint& p) {
+  return p.round_trip_ns.median > 0;
+}
+
 }  // namespace
 
 // --ablate: one row per configuration (O3, then O3 minus one pass), the
@@ -110,7 +116,7 @@ std::string bench_table(const BenchResult& r) {
     if (probed)
       row(
           "read bandwidth now GB/s", [](const BenchPoint& p) { return p.probe_gb_per_s.median; }, 1);
-    if (std::any_of(pts.begin(), pts.end(), [](const BenchPoint* p) { return p->round_trip_ns.median > 0; }))
+    if (std::any_of(pts.begin(), pts.end(), [](const BenchPoint* p) { return has_round_trip(*p); }))
       row(
           "core round trip ns", [](const BenchPoint& p) { return p.round_trip_ns.median; }, 0);
     if (r.settings.read_gb_per_s > 0 || probed)
@@ -134,7 +140,7 @@ std::string bench_table(const BenchResult& r) {
     out +=
         "read bandwidth now: the machine's best read bandwidth measured right after each run (median); "
         "% of read bandwidth is the median over runs of the run's GB/s over that measurement\n";
-  if (std::any_of(r.points.begin(), r.points.end(), [](const BenchPoint& p) { return p.round_trip_ns.median > 0; }))
+  if (std::any_of(r.points.begin(), r.points.end(), has_round_trip))
     out +=
         "core round trip: ns for two threads to hand a cache line back and forth, taken with each probe "
         "(where vCPUs move, tens of ns on one L3, hundreds across two; docs/performance.md)\n";
@@ -176,7 +182,7 @@ nlohmann::json bench_json(const BenchResult& r) {
          {"bytes_per_step", p.bytes_per_step},
          {"read_bandwidth_fraction", p.read_fraction},
          {"read_gb_per_s_now", stat_json(p.probe_gb_per_s)},
-         {"core_round_trip_ns", p.round_trip_ns.median > 0 ? stat_json(p.round_trip_ns) : nlohmann::json(nullptr)},
+         {"core_round_trip_ns", has_round_trip(p) ? stat_json(p.round_trip_ns) : nlohmann::json(nullptr)},
          {"first_request_ttft_ms", p.first_ttft_ms},
          {"first_request_decode_ms_per_token", p.first_decode_ms_per_step},
          {"allocations_per_step", p.allocations_per_step},
