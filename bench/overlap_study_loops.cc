@@ -44,33 +44,16 @@ float run(const char* b, int64_t spacing, int64_t stream_bytes, int64_t chunk, i
 }  // namespace
 
 float overlap_loop(const OverlapLoop& o, const char* b) {
-  auto go = [&](auto fn) { return fn(b, o.spacing, o.stream_bytes, o.chunk, o.passes); };
-  if (o.streams == 1) {
-    switch (o.fmas) {
-      case 0:
-        return go(run<1, 0>);
-      case 4:
-        return go(run<1, 4>);
-      case 8:
-        return go(run<1, 8>);
-      case 12:
-        return go(run<1, 12>);
-      case 16:
-        return go(run<1, 16>);
-      default:
-        break;
-    }
-  } else if (o.streams == 4) {
-    switch (o.fmas) {
-      case 4:
-        return go(run<4, 4>);
-      case 8:
-        return go(run<4, 8>);
-      default:
-        break;
-    }
-  }
-  return -1.0f;  // not instantiated: the driver only asks for the above
+  using LoopFn = float (*)(const char*, int64_t, int64_t, int64_t, int);
+  struct Built {
+    int streams, fmas;
+    LoopFn fn;
+  };
+  static constexpr Built kBuilt[] = {{1, 0, run<1, 0>},   {1, 4, run<1, 4>}, {1, 8, run<1, 8>}, {1, 12, run<1, 12>},
+                                     {1, 16, run<1, 16>}, {4, 4, run<4, 4>}, {4, 8, run<4, 8>}};
+  for (const Built& l : kBuilt)
+    if (l.streams == o.streams && l.fmas == o.fmas) return l.fn(b, o.spacing, o.stream_bytes, o.chunk, o.passes);
+  return -1.0f;  // not built: the driver only asks for the above
 }
 
 }  // namespace k3::bench
