@@ -36,7 +36,7 @@ Walk walk(int64_t M, int64_t n0, int64_t n1, int64_t N) {
   const float* w0 = W.data();
   float* c0 = C.data();
   auto tile_for = [&](int64_t mr, int64_t nr) {
-    // A capture-free function object per call: the walk calls the result at once.
+    // A recording tile for (mr, nr): the walk calls it at once, as it calls a table tile.
     return [&, mr, nr](int64_t, const float* a, int64_t lda, const float* w, int64_t w_stride, float* c, int64_t ldc,
                        int64_t cs, const float* prefetch) {
       EXPECT_EQ(lda, 1);
