@@ -23,7 +23,12 @@ environment picks the kernel table, as for k3 itself):
 Goals: batch-1 decode at 85% of read bandwidth for fp32 and bf16 (bf16-f32 and bf16-mixed too), 80% for
 int8; larger batches within 15% of their bound (1 / 1.15 = 87%); prefill at
 50% of peak. The table gives each round's value, the median over rounds
-and whether the median meets the goal. The host this was written on drifts
+and whether the median meets the goal, and the medians of the values
+measured in each placement of the two threads: "near" where the core round
+trip k3 bench or k3 profile took with the value was under 150 ns (cores
+sharing an L3: 50-70 ns on the host of docs/performance.md), "far" at 150
+ns or more (300-400 there, with more read bandwidth), with their counts; a
+prefill profile whose before and after differ counts in neither. The host this was written on drifts
 by half within minutes, so one round proves little; the medians of several
 are what to quote. Nothing but the standard library and the k3 binary.
 """
@@ -46,6 +51,15 @@ REPO = Path(__file__).resolve().parents[1]
 DECODE_B1_GOAL = {"fp32": 0.85, "bf16": 0.85, "bf16-f32": 0.85, "bf16-mixed": 0.85, "int8": 0.80}
 BATCH_GOAL = 1.0 / 1.15  # step time within 15% of its bound
 PREFILL_GOAL = 0.50
+NEAR_MAX_NS = 150.0  # a core round trip below this: the two threads share an L3
+PLACEMENTS = ("near", "far")
+
+
+def placement_of(ns: object) -> Optional[str]:
+    """'near' or 'far' for a core round trip in ns; None if none was measured."""
+    if not isinstance(ns, (int, float)) or isinstance(ns, bool) or ns <= 0:
+        return None
+    return "near" if ns < NEAR_MAX_NS else "far"
 
 
 @dataclass
@@ -55,9 +69,18 @@ class Target:
     name: str
     goal: float
     values: list[Optional[float]] = field(default_factory=list)
+    placements: list[Optional[str]] = field(default_factory=list)  # per value: near, far or None
 
     def median(self) -> Optional[float]:
         seen = [v for v in self.values if v is not None]
+        return statistics.median(seen) if seen else None
+
+    def in_placement(self, placement: str) -> list[float]:
+        """The values measured in one placement ('near' or 'far')."""
+        return [v for v, p in zip(self.values, self.placements) if v is not None and p == placement]
+
+    def median_in(self, placement: str) -> Optional[float]:
+        seen = self.in_placement(placement)
         return statistics.median(seen) if seen else None
 
     def holds(self) -> Optional[bool]:
@@ -99,10 +122,15 @@ def add_round(
             r = by_key.get((labels[prec], int(b_text[1:])))
             frac = None if r is None else r.get("read_bandwidth_fraction")
             row.values.append(frac if isinstance(frac, (int, float)) and frac >= 0 else None)
+            rt = None if r is None else r.get("core_round_trip_ns")
+            row.placements.append(placement_of(rt.get("median")) if isinstance(rt, dict) else None)
         else:
             prec = rest.split(":")[0]
             frac = profiles.get(prec, {}).get("step_peak_fraction")
             row.values.append(frac if isinstance(frac, (int, float)) and frac > 0 else None)
+            rt = profiles.get(prec, {}).get("core_round_trip_ns")
+            both = [placement_of(v) for v in rt] if isinstance(rt, list) and len(rt) == 2 else [None]
+            row.placements.append(both[0] if len(set(both)) == 1 else None)  # moved during it: neither
 
 
 def placement_line(round_profiles: Sequence[dict[str, dict]], precisions: Sequence[str]) -> str:
@@ -141,12 +169,18 @@ def _pct(v: Optional[float]) -> str:
     return "-" if v is None else f"{100.0 * v:.1f}"
 
 
+def _in_placement(row: Target, placement: str) -> str:
+    n = len(row.in_placement(placement))
+    return "-" if n == 0 else f"{_pct(row.median_in(placement))} ({n})"
+
+
 def markdown_table(rows: dict[str, Target], n_rounds: int) -> str:
-    head = ["target"] + [f"round {i + 1}" for i in range(n_rounds)] + ["median", "goal", "holds"]
+    head = ["target"] + [f"round {i + 1}" for i in range(n_rounds)] + ["median", "near (n)", "far (n)", "goal", "holds"]
     lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 2) + "|---|"]
     for row in rows.values():
         holds = row.holds()
-        cells = [row.name] + [_pct(v) for v in row.values] + [_pct(row.median()), _pct(row.goal)]
+        cells = [row.name] + [_pct(v) for v in row.values] + [_pct(row.median())]
+        cells += [_in_placement(row, p) for p in PLACEMENTS] + [_pct(row.goal)]
         cells.append("-" if holds is None else ("yes" if holds else "no"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -258,7 +292,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 {
                     "settings": vars(args),
                     "targets": [
-                        {"name": t.name, "goal": t.goal, "values": t.values, "median": t.median(), "holds": t.holds()}
+                        {"name": t.name, "goal": t.goal, "values": t.values, "median": t.median(), "holds": t.holds(),
+                         "placements": t.placements, **{f"median_{p}": t.median_in(p) for p in PLACEMENTS}}
                         for t in rows.values()
                     ],
                     "rounds": raw,

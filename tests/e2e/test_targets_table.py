@@ -62,9 +62,57 @@ def test_medians_over_rounds_decide_and_missing_values_stay_missing() -> None:
 
     table = t.markdown_table(rows, 3)
     lines = table.splitlines()
-    assert lines[0] == "| target | round 1 | round 2 | round 3 | median | goal | holds |"
-    assert "| decode b4 int8: % of read bandwidth | 90.0 | - | 70.0 | 80.0 | 87.0 | no |" in lines
-    assert "| decode b1 bf16: % of read bandwidth | 90.0 | 60.0 | 86.0 | 86.0 | 85.0 | yes |" in lines
+    assert lines[0] == "| target | round 1 | round 2 | round 3 | median | near (n) | far (n) | goal | holds |"
+    # No round trip in these results: no value counts in either placement.
+    assert "| decode b4 int8: % of read bandwidth | 90.0 | - | 70.0 | 80.0 | - | - | 87.0 | no |" in lines
+    assert "| decode b1 bf16: % of read bandwidth | 90.0 | 60.0 | 86.0 | 86.0 | - | - | 85.0 | yes |" in lines
+
+
+def _with_round_trips(bench: dict, ns: list[float | None]) -> dict:
+    """bench's results, each given the core round trip k3 bench took with it."""
+    for r, v in zip(bench["results"], ns):
+        r["core_round_trip_ns"] = None if v is None else {"median": v, "min": v, "max": v}
+    return bench
+
+
+def test_each_value_counts_in_the_placement_it_was_measured_in() -> None:
+    t = _targets()
+    rows = t.make_targets(["bf16", "int8"], [1, 4])
+    # Result order: bf16 b1, bf16 b4, int8 b1, int8 b4.
+    t.add_round(
+        rows,
+        _with_round_trips(_bench(0.95, 0.90, 0.90, 0.91), [62.0, 58.0, 64.0, 61.0]),
+        {"bf16": {"step_peak_fraction": 0.60, "core_round_trip_ns": [60.0, 63.0]},
+         "int8": {"step_peak_fraction": 0.52, "core_round_trip_ns": [61.0, 330.0]}},
+        LABELS,
+    )  # fmt: skip
+    t.add_round(
+        rows,
+        _with_round_trips(_bench(0.93, 0.70, 0.72, 0.60), [330.0, 345.0, 352.0, None]),
+        {"bf16": {"step_peak_fraction": 0.56, "core_round_trip_ns": [340.0, 338.0]},
+         "int8": {"step_peak_fraction": 0.40, "core_round_trip_ns": [333.0, 341.0]}},
+        LABELS,
+    )  # fmt: skip
+    t.add_round(
+        rows,
+        _with_round_trips(_bench(0.97, 0.74, 0.76, 0.62), [320.0, 310.0, 305.0, 149.0]),
+        {"bf16": {"step_peak_fraction": 0.58}, "int8": {"step_peak_fraction": 0.44, "core_round_trip_ns": None}},
+        LABELS,
+    )  # fmt: skip
+    b4 = rows["decode b4 bf16: % of read bandwidth"]
+    assert b4.placements == ["near", "far", "far"]
+    assert b4.median_in("near") == 0.90 and abs(b4.median_in("far") - 0.72) < 1e-12
+    i4 = rows["decode b4 int8: % of read bandwidth"]
+    assert i4.placements == ["near", None, "near"]  # 149 ns is near; a result without a round trip is neither
+    assert abs(i4.median_in("near") - 0.765) < 1e-12 and i4.median_in("far") is None
+    pre = rows["prefill int8: % of int8 peak"]
+    assert pre.placements == [None, "far", None]  # moved between before and after; far; not measured
+    assert pre.in_placement("far") == [0.40] and pre.in_placement("near") == []
+    lines = t.markdown_table(rows, 3).splitlines()
+    b4_line = "| decode b4 bf16: % of read bandwidth | 90.0 | 70.0 | 74.0 | 74.0 | 90.0 (1) | 72.0 (2) | 87.0 | no |"
+    assert b4_line in lines
+    assert "| decode b4 int8: % of read bandwidth | 91.0 | 60.0 | 62.0 | 62.0 | 76.5 (2) | - | 87.0 | no |" in lines
+    assert "| prefill int8: % of int8 peak | 52.0 | 40.0 | 44.0 | 44.0 | - | 40.0 (1) | 50.0 | no |" in lines
 
 
 def test_a_target_with_no_value_is_undecided() -> None:
