@@ -78,27 +78,20 @@ def _with_round_trips(bench: dict, ns: list[float | None]) -> dict:
 def test_each_value_counts_in_the_placement_it_was_measured_in() -> None:
     t = _targets()
     rows = t.make_targets(["bf16", "int8"], [1, 4])
-    # Result order: bf16 b1, bf16 b4, int8 b1, int8 b4.
-    t.add_round(
-        rows,
-        _with_round_trips(_bench(0.95, 0.90, 0.90, 0.91), [62.0, 58.0, 64.0, 61.0]),
-        {"bf16": {"step_peak_fraction": 0.60, "core_round_trip_ns": [60.0, 63.0]},
-         "int8": {"step_peak_fraction": 0.52, "core_round_trip_ns": [61.0, 330.0]}},
-        LABELS,
-    )  # fmt: skip
-    t.add_round(
-        rows,
-        _with_round_trips(_bench(0.93, 0.70, 0.72, 0.60), [330.0, 345.0, 352.0, None]),
-        {"bf16": {"step_peak_fraction": 0.56, "core_round_trip_ns": [340.0, 338.0]},
-         "int8": {"step_peak_fraction": 0.40, "core_round_trip_ns": [333.0, 341.0]}},
-        LABELS,
-    )  # fmt: skip
-    t.add_round(
-        rows,
-        _with_round_trips(_bench(0.97, 0.74, 0.76, 0.62), [320.0, 310.0, 305.0, 149.0]),
-        {"bf16": {"step_peak_fraction": 0.58}, "int8": {"step_peak_fraction": 0.44, "core_round_trip_ns": None}},
-        LABELS,
-    )  # fmt: skip
+    # Per round: the fractions and round trips in result order (bf16 b1,
+    # bf16 b4, int8 b1, int8 b4), then each prefill profile's fraction and
+    # its round trips before and after.
+    rounds = [
+        ((0.95, 0.90, 0.90, 0.91), [62.0, 58.0, 64.0, 61.0], (0.60, [60.0, 63.0]), (0.52, [61.0, 330.0])),
+        ((0.93, 0.70, 0.72, 0.60), [330.0, 345.0, 352.0, None], (0.56, [340.0, 338.0]), (0.40, [333.0, 341.0])),
+        ((0.97, 0.74, 0.76, 0.62), [320.0, 310.0, 305.0, 149.0], (0.58, None), (0.44, None)),
+    ]
+    for fracs, ns, (bf16, bf16_rt), (int8, int8_rt) in rounds:
+        profiles = {
+            "bf16": {"step_peak_fraction": bf16, "core_round_trip_ns": bf16_rt},
+            "int8": {"step_peak_fraction": int8, "core_round_trip_ns": int8_rt},
+        }
+        t.add_round(rows, _with_round_trips(_bench(*fracs), ns), profiles, LABELS)
     b4 = rows["decode b4 bf16: % of read bandwidth"]
     assert b4.placements == ["near", "far", "far"]
     assert b4.median_in("near") == 0.90 and abs(b4.median_in("far") - 0.72) < 1e-12
