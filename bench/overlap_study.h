@@ -16,8 +16,10 @@ struct OverlapLoop {
   int passes;            // passes over each chunk (the later ones find it in L1)
 };
 
-// Runs the loop over the buffer at b; returns a sum so it is not optimized
-// away (or -1 for a combination not built).
-float overlap_loop(const OverlapLoop& o, const char* b);
+// The loop for o.streams and o.fmas, run over the buffer at b as
+// fn(b, o.spacing, o.stream_bytes, o.chunk, o.passes); it returns a sum so
+// it is not optimized away. nullptr for a combination not built.
+using OverlapFn = float (*)(const char* b, int64_t spacing, int64_t stream_bytes, int64_t chunk, int passes);
+OverlapFn find_overlap_loop(const OverlapLoop& o);
 
 }  // namespace k3::bench

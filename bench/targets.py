@@ -28,9 +28,9 @@ measured in each placement of the two threads: "near" where the core round
 trip k3 bench or k3 profile took with the value was under 150 ns (cores
 sharing an L3: 50-70 ns on the host of docs/performance.md), "far" at 150
 ns or more (300-400 there, with more read bandwidth), with their counts; a
-prefill profile whose before and after differ counts in neither. The host this was written on drifts
-by half within minutes, so one round proves little; the medians of several
-are what to quote. Nothing but the standard library and the k3 binary.
+prefill profile whose before and after differ counts in neither. The host
+this was written on drifts by half within minutes, so one round proves
+little; the medians of several are what to quote. Nothing but the standard library and the k3 binary.
 """
 
 from __future__ import annotations
@@ -55,11 +55,26 @@ NEAR_MAX_NS = 150.0  # a core round trip below this: the two threads share an L3
 PLACEMENTS = ("near", "far")
 
 
-def placement_of(ns: object) -> Optional[str]:
+def placement_of(ns: Optional[float]) -> Optional[str]:
     """'near' or 'far' for a core round trip in ns; None if none was measured."""
-    if not isinstance(ns, (int, float)) or isinstance(ns, bool) or ns <= 0:
-        return None
-    return "near" if ns < NEAR_MAX_NS else "far"
+    return None if ns is None else ("near" if ns < NEAR_MAX_NS else "far")
+
+
+def _ns(v: object) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def bench_round_trip(result: Optional[dict]) -> Optional[float]:
+    """The median core round trip k3 bench took with one result (ns), or None."""
+    rt = None if result is None else result.get("core_round_trip_ns")
+    return _ns(rt.get("median")) if isinstance(rt, dict) else None
+
+
+def profile_round_trips(profile: dict) -> Optional[tuple[Optional[float], Optional[float]]]:
+    """The core round trips k3 profile took before and after its steps (ns;
+    either None if not measured), or None if the profile has none."""
+    rt = profile.get("core_round_trip_ns")
+    return (_ns(rt[0]), _ns(rt[1])) if isinstance(rt, list) and len(rt) == 2 else None
 
 
 @dataclass
@@ -122,15 +137,14 @@ def add_round(
             r = by_key.get((labels[prec], int(b_text[1:])))
             frac = None if r is None else r.get("read_bandwidth_fraction")
             row.values.append(frac if isinstance(frac, (int, float)) and frac >= 0 else None)
-            rt = None if r is None else r.get("core_round_trip_ns")
-            row.placements.append(placement_of(rt.get("median")) if isinstance(rt, dict) else None)
+            row.placements.append(placement_of(bench_round_trip(r)))
         else:
             prec = rest.split(":")[0]
             frac = profiles.get(prec, {}).get("step_peak_fraction")
             row.values.append(frac if isinstance(frac, (int, float)) and frac > 0 else None)
-            rt = profiles.get(prec, {}).get("core_round_trip_ns")
-            both = [placement_of(v) for v in rt] if isinstance(rt, list) and len(rt) == 2 else [None]
-            row.placements.append(both[0] if len(set(both)) == 1 else None)  # moved during it: neither
+            rts = profile_round_trips(profiles.get(prec, {}))
+            both = {placement_of(v) for v in rts} if rts is not None else {None}
+            row.placements.append(both.pop() if len(both) == 1 else None)  # moved during it: neither
 
 
 def placement_line(round_profiles: Sequence[dict[str, dict]], precisions: Sequence[str]) -> str:
@@ -141,9 +155,9 @@ def placement_line(round_profiles: Sequence[dict[str, dict]], precisions: Sequen
     for i, profiles in enumerate(round_profiles):
         cells = []
         for p in precisions:
-            rt = profiles.get(p, {}).get("core_round_trip_ns")
-            ok = isinstance(rt, list) and len(rt) == 2 and all(isinstance(v, (int, float)) for v in rt)
-            cells.append(f"{p} {rt[0]:.0f}/{rt[1]:.0f}" if ok else f"{p} -")
+            rts = profile_round_trips(profiles.get(p, {}))
+            ok = rts is not None and None not in rts
+            cells.append(f"{p} {rts[0]:.0f}/{rts[1]:.0f}" if ok else f"{p} -")  # type: ignore[index]
         parts.append(f"round {i + 1}: " + ", ".join(cells))
     return "core round trip before/after each prefill profile (ns): " + "; ".join(parts) + "\n"
 
@@ -156,11 +170,7 @@ def decode_placement_line(round_benches: Sequence[dict]) -> str:
     (docs/performance.md). "-" where bench measured none (one thread)."""
     parts = []
     for i, bench in enumerate(round_benches):
-        ns = []
-        for r in bench.get("results", []):
-            rt = r.get("core_round_trip_ns")
-            if isinstance(rt, dict) and isinstance(rt.get("median"), (int, float)) and rt["median"] > 0:
-                ns.append(rt["median"])
+        ns = [v for v in map(bench_round_trip, bench.get("results", [])) if v is not None]
         parts.append(f"round {i + 1}: " + (f"{min(ns):.0f}-{max(ns):.0f}" if ns else "-"))
     return "core round trip after the decode runs (ns): " + "; ".join(parts) + "\n"
 

@@ -24,9 +24,10 @@
 // 18.9-19.3, bf16 dot 12.5-12.8 -> 18.6-19.4, N512 K1536 13.9-14.0 ->
 // 16.2-16.4 and 13.8-14.1 -> 18.9; AVX2 f32 16.6-17.1 -> 19.3-19.4, AVX2
 // bf16 8.7-8.8 -> 9.8-10.0. Every row tile prefetching the next row gave
-// less (f32 17.0-17.3, bf16 dot 12.6-12.8); two rows ahead at M <= 4 lost
-// up to 15% at M 1. k3-base batch-8 decode (k3 bench -b 4,8 -p 128 -n 32
-// -r 3 -t 2, old and new builds in turn, pairs with both vCPUs on one L3):
+// less (f32 17.0-17.3, bf16 dot 12.6-12.8); two rows ahead at M <= 4 too
+// lost 12-16% at M 1 (bf16 dot 27.4-28.5 -> 23.9-24.3). k3-base batch-8
+// decode (k3 bench -b 4,8 -p 128 -n 32 -r 3 -t 2, old and new builds in
+// turn, pairs with both vCPUs on one L3):
 // f32 52.1-52.2 -> 50.3-50.4 ms a token, bf16 30.8-32.2 -> 30.3-31.1;
 // batch 4 (unchanged walk) the same within 3%. int8 (x86/q8_drive.h, not
 // changed: its M 8 tiles are bound by compute, +6% in the same benchmark)
@@ -65,10 +66,11 @@ void drive_row_tiles(const RowTiling& t, int64_t M, int64_t n0, int64_t n1, int6
   if (M <= t.far_max_m) {
     const int64_t nr = M <= 2 ? t.far_nr_m2 : t.far_nr;
     const int64_t q = (n1 - n0) / nr;
-    const int64_t ahead = M > t.max_mr ? 2 : 1;  // rows ahead in every stream (above)
+    const bool two_row_tiles = M > t.max_mr;      // then every row tile prefetches (above)
+    const int64_t ahead = two_row_tiles ? 2 : 1;  // rows ahead in every stream
     for (int64_t i = 0; i < q; ++i) {
       const WT* w = W + (n0 + i) * ldw;
-      row_tiles(nr, w, q * ldw, n0 + i, q, i + ahead < q ? w + ahead * ldw : nullptr, M > t.max_mr);
+      row_tiles(nr, w, q * ldw, n0 + i, q, i + ahead < q ? w + ahead * ldw : nullptr, two_row_tiles);
     }
     n0 += q * nr;
   }
