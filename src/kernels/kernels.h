@@ -187,6 +187,11 @@ struct KernelTable {
   void (*add)(const float* a, const float* b, int64_t n, float* y);
   // y[n] += alpha * x
   void (*axpy)(float alpha, const float* x, int64_t n, float* y);
+  // The index of x's largest value over [n], the lowest index among equal
+  // ones (+0 and -0 are equal); NaNs are skipped; 0 when n <= 0 or every
+  // value is NaN. Greedy sampling: one per sequence per decode step over
+  // the vocabulary's logits (32000 values: 25.7 us scalar, bench_sampler).
+  int64_t (*argmax)(const float* x, int64_t n);
 
   // Attention of one query head over `len` cached positions:
   //   s[j] = scale * dot(q, K[j]),  p = softmax(s),  out = sum_j p[j] * V[j]

@@ -17,7 +17,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Generator::Generator(Engine& engine) : engine_(engine), sampler_(engine.config().vocab_size) {}
+Generator::Generator(Engine& engine) : engine_(engine), sampler_(engine.config().vocab_size, engine.kernels()) {}
 
 StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
                                              const GenerateOptions& opt) {

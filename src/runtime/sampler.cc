@@ -22,10 +22,7 @@ Status SamplingParams::validate() const {
 }
 
 int32_t argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return static_cast<int32_t>(best);
+  return static_cast<int32_t>(kernels::best_table().argmax(x, n));
 }
 
 namespace {
@@ -65,7 +62,7 @@ int64_t nucleus_prefix(const float* logits, const double* prob, int32_t* idx, in
 
 int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) {
   const int64_t v = static_cast<int64_t>(idx_.size());
-  if (p.temperature == 0.0f) return argmax(logits, v);
+  if (p.temperature == 0.0f) return static_cast<int32_t>(kt_->argmax(logits, v));
   const Before before{logits};
   int32_t* idx = idx_.data();
   double* prob = prob_.data();  // indexed by token id
@@ -81,7 +78,7 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) 
   }
   // Softmax numerators of logits / temperature (in double), shifted by the max.
   const double inv_t = 1.0 / static_cast<double>(p.temperature);
-  const double mx = logits[sorted ? idx[0] : argmax(logits, v)];
+  const double mx = logits[sorted ? idx[0] : kt_->argmax(logits, v)];
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = idx[i];

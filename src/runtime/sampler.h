@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "util/rng.h"
 #include "util/status.h"
 
@@ -24,15 +25,20 @@ struct SamplingParams {
 
 class Sampler {
  public:
-  explicit Sampler(int64_t vocab_size) : idx_(static_cast<size_t>(vocab_size)), prob_(static_cast<size_t>(vocab_size)) {}
+  // kt: the table whose argmax greedy sampling runs (the engine's).
+  explicit Sampler(int64_t vocab_size, const kernels::KernelTable& kt = kernels::best_table())
+      : kt_(&kt), idx_(static_cast<size_t>(vocab_size)), prob_(static_cast<size_t>(vocab_size)) {}
   // logits: [vocab_size]. Ties in greedy mode go to the lowest token id.
   int32_t sample(const float* logits, const SamplingParams& params, Rng& rng);
 
  private:
+  const kernels::KernelTable* kt_;
   std::vector<int32_t> idx_;
   std::vector<double> prob_;
 };
 
+// The index of x's largest value (KernelTable::argmax on the best table:
+// the lowest index among equal ones, NaNs skipped).
 int32_t argmax(const float* x, int64_t n);
 
 // Nucleus selection without sorting. idx[0, n) holds token ids, prob[t] the

@@ -16,6 +16,7 @@
 //   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
 //   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
 //   add         bit-exact; axpy |y - ref| <= 1e-6 * max(1, |ref|) (fma vs mul + add)
+//   argmax      the reference's index exactly (ties, NaN, infinities, signed zeros)
 //   attend      |o - ref| <= 5e-6 * max|V|                        (online vs two-pass softmax)
 #include <gtest/gtest.h>
 
@@ -975,6 +976,55 @@ TEST_P(KernelTest, AddAndAxpy) {
     t().axpy(-0.75f, a.data(), n, ys.data());
     ref().axpy(-0.75f, a.data(), n, rs.data());
     expect_close(ys, rs, 1e-6f, "axpy");
+  }
+}
+
+TEST_P(KernelTest, ArgmaxIsTheReferenceIndex) {
+  std::mt19937 rng(15);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
+  sizes.push_back(32000);
+  for (int64_t n : sizes) {
+    auto x = random_vec(n, rng);
+    auto check = [&](const char* what) {
+      const int64_t want = ref().argmax(x.data(), n);
+      ASSERT_EQ(t().argmax(x.data(), n), want) << what << " n=" << n;
+      if (n > 0) {
+        ASSERT_TRUE(std::isnan(x[static_cast<size_t>(want)]) || !(x[static_cast<size_t>(want)] < x[0]));
+      }
+    };
+    check("random");
+    if (n == 0) {
+      ASSERT_EQ(t().argmax(x.data(), 0), 0);
+      continue;
+    }
+    const auto at = [&](double f) { return static_cast<size_t>(f * static_cast<double>(n - 1)); };
+    // A tie for the maximum: the lower index wins, wherever the two sit
+    // (either side of a vector boundary, in the tail).
+    x[at(0.7)] = 2.0f;
+    x[at(0.3)] = 2.0f;
+    check("tie");
+    ASSERT_EQ(t().argmax(x.data(), n), static_cast<int64_t>(at(0.3)));
+    // NaN skipped: at the start, at the maximum's place, everywhere but one.
+    x[0] = nan;
+    x[at(0.3)] = nan;
+    check("nan");
+    std::fill(x.begin(), x.end(), nan);
+    check("all nan");
+    ASSERT_EQ(t().argmax(x.data(), n), 0);
+    x[n - 1] = -inf;
+    check("nan and one -inf");
+    ASSERT_EQ(t().argmax(x.data(), n), n - 1);
+    // Infinities and signed zeros.
+    std::fill(x.begin(), x.end(), -inf);
+    check("all -inf");
+    x[at(0.5)] = inf;
+    check("+inf");
+    std::fill(x.begin(), x.end(), -1.0f);
+    x[at(0.9)] = 0.0f;
+    x[at(0.6)] = -0.0f;
+    check("signed zeros");
+    ASSERT_EQ(t().argmax(x.data(), n), static_cast<int64_t>(std::min(at(0.6), at(0.9))));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -21,6 +22,26 @@ TEST(Sampler, GreedyPicksLowestIndexOnTies) {
   SamplingParams p;
   p.temperature = 0.0f;
   EXPECT_EQ(s.sample(logits, p, rng), 1);
+}
+
+TEST(Sampler, GreedySkipsNaNAndMatchesEveryTable) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> logits(32000);
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> dist(-5.0f, 5.0f);
+  for (float& l : logits) l = dist(gen);
+  logits[0] = nan;  // not the answer, though nothing compares above it
+  logits[31999] = 9.0f;
+  logits[12345] = 9.0f;
+  SamplingParams p;
+  p.temperature = 0.0f;
+  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    const kernels::KernelTable* kt = kernels::table_for(isa);
+    if (kt == nullptr) continue;
+    Sampler s(static_cast<int64_t>(logits.size()), *kt);
+    Rng rng(1);
+    EXPECT_EQ(s.sample(logits.data(), p, rng), 12345) << kernels::isa_name(isa);
+  }
 }
 
 TEST(Sampler, TopKOneIsGreedyForAnySeed) {

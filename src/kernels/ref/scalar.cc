@@ -234,6 +234,15 @@ void axpy(float alpha, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// x: [n]. The reference: one pass, a value replaces the best only when
+// strictly larger (ties keep the lower index; NaN compares false).
+int64_t argmax(const float* x, int64_t n) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+  return best < 0 ? 0 : best;
+}
+
 inline float cache_value(float x) {
   return x;
 }
@@ -287,6 +296,7 @@ constexpr KernelTable kTable = {
     .silu_mul = silu_mul,
     .add = add,
     .axpy = axpy,
+    .argmax = argmax,
     .attend = attend_rows<float>,
     .attend_bf16 = attend_rows<uint16_t>,
     .attend_cached = attend_rows<float>,  // nothing to leave out: no software prefetch

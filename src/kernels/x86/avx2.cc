@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "kernels/prepared_chunks.h"
 #include "kernels/ref/scalar_q8p16.h"
@@ -633,6 +634,33 @@ void axpy(float alpha, const float* x, int64_t n, float* y) {
   map2(x, y, n, y, [va](__m256 xv, __m256 yv) { return _mm256_fmadd_ps(va, xv, yv); });
 }
 
+// x: [n]. Two passes, as the AVX-512 table's: the largest value (vmaxps
+// keeps its second operand, the running maximum, when x is NaN; the tail
+// goes one value at a time), then its first index.
+int64_t argmax(const float* x, int64_t n) {
+  if (n <= 0) return 0;
+  constexpr float kNinf = -std::numeric_limits<float>::infinity();
+  __m256 m[4] = {_mm256_set1_ps(kNinf), _mm256_set1_ps(kNinf), _mm256_set1_ps(kNinf), _mm256_set1_ps(kNinf)};
+  int64_t i = 0;
+  for (; i + 4 * kW <= n; i += 4 * kW)
+    for (int j = 0; j < 4; ++j) m[j] = _mm256_max_ps(_mm256_loadu_ps(x + i + j * kW), m[j]);
+  for (; i + kW <= n; i += kW) m[0] = _mm256_max_ps(_mm256_loadu_ps(x + i), m[0]);
+  const __m256 v = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+  alignas(32) float lanes[kW];
+  _mm256_store_ps(lanes, v);
+  float top = kNinf;
+  for (float l : lanes) top = l > top ? l : top;
+  for (; i < n; ++i) top = x[i] > top ? x[i] : top;
+  const __m256 best = _mm256_set1_ps(top);
+  for (i = 0; i + kW <= n; i += kW) {
+    const int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), best, _CMP_EQ_OQ));
+    if (eq != 0) return i + __builtin_ctz(static_cast<unsigned>(eq));
+  }
+  for (; i < n; ++i)
+    if (x[i] == top) return i;
+  return 0;  // every value NaN
+}
+
 // ---- normalisation ---------------------------------------------------------
 
 // sum_i x[i] over [n].
@@ -901,6 +929,7 @@ constexpr KernelTable kTable = {
     .silu_mul = silu_mul,
     .add = add,
     .axpy = axpy,
+    .argmax = argmax,
     .attend = attend_rows<float>,
     .attend_bf16 = attend_rows<uint16_t>,
     .attend_cached = attend_rows<float>,  // nothing to leave out: no software prefetch

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "kernels/prepared_chunks.h"
@@ -447,6 +448,29 @@ void axpy(float alpha, const float* x, int64_t n, float* y) {
   map2(x, y, n, y, [va](__m512 xv, __m512 yv) { return _mm512_fmadd_ps(va, xv, yv); });
 }
 
+// x: [n]. Two passes over x (one vocabulary row of logits, in L1/L2): the
+// largest value, then its first index. vmaxps returns its second operand
+// when either is NaN, so a NaN never replaces the running maxima (which
+// start at -inf), and the tail's masked-off lanes load -inf.
+int64_t argmax(const float* x, int64_t n) {
+  if (n <= 0) return 0;
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 m[4] = {ninf, ninf, ninf, ninf};  // 4 chains: vmaxps latency
+  int64_t i = 0;
+  for (; i + 4 * kW <= n; i += 4 * kW)
+    for (int j = 0; j < 4; ++j) m[j] = _mm512_max_ps(_mm512_loadu_ps(x + i + j * kW), m[j]);
+  for (; i + kW <= n; i += kW) m[0] = _mm512_max_ps(_mm512_loadu_ps(x + i), m[0]);
+  if (i < n) m[0] = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail_mask(n - i), x + i), m[0]);
+  const __m512 best =
+      _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3]))));
+  for (i = 0; i < n; i += kW) {
+    const __mmask16 in = i + kW <= n ? __mmask16{0xffff} : tail_mask(n - i);
+    const __mmask16 eq = _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, x + i), best, _CMP_EQ_OQ);
+    if (eq != 0) return i + __builtin_ctz(eq);
+  }
+  return 0;  // every value NaN
+}
+
 // ---- normalisation ---------------------------------------------------------
 
 // sum_i x[i] over [n].
@@ -868,6 +892,7 @@ constexpr KernelTable kTable = {
     .silu_mul = silu_mul,
     .add = add,
     .axpy = axpy,
+    .argmax = argmax,
     .attend = attend_rows<float, P, true>,
     .attend_bf16 = attend_rows<uint16_t, P, true>,
     .attend_cached = attend_rows<float, P, false>,
