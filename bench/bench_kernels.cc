@@ -1,6 +1,7 @@
 // Kernel microbenchmarks: gemm_nt (f32, bf16 widened or as dot products, and
 // int8 weights, rows or panels) at decode (M = 1..8) and prefill (M = 128)
-// shapes, and attend at two cache lengths, for every ISA this CPU runs.
+// shapes, attend at two cache lengths and argmax over a vocabulary, for
+// every ISA this CPU runs.
 // bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
 // the quantity that bounds decode speed; FLOP/s is 2*M*N*K per gemm call.
 //
@@ -247,6 +248,14 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// argmax over one row of logits (greedy sampling), in cache: bytes/s of
+// the row read.
+void bm_argmax(benchmark::State& st, const KernelTable* t, int64_t n) {
+  const auto x = random_vec(n);
+  for (auto _ : st) benchmark::DoNotOptimize(t->argmax(x.data(), n));
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 4);
+}
+
 // One query head over a [len, hd] K/V cache; copies > 1 rotates through
 // that many caches, so each call reads its cache from memory, as a decode
 // step at batch 8 does (its caches exceed the last-level cache). cached:
@@ -350,6 +359,8 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((prefix + "/attend_stream" + shape).c_str(), bm_attend, t, len, int64_t{64},
                                    stream / (2 * len * 64 * 4) + 1, false);
     }
+    for (int64_t vocab : {32000, 152064})
+      benchmark::RegisterBenchmark((prefix + "/argmax/" + std::to_string(vocab)).c_str(), bm_argmax, t, vocab);
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
