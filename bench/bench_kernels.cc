@@ -1,7 +1,7 @@
 // Kernel microbenchmarks: gemm_nt (f32, bf16 widened or as dot products, and
 // int8 weights, rows or panels) at decode (M = 1..8) and prefill (M = 128)
-// shapes, attend at two cache lengths and argmax over a vocabulary, for
-// every ISA this CPU runs.
+// shapes, attend at two cache lengths and the sampler's kernels over a
+// vocabulary, for every ISA this CPU runs.
 // bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
 // the quantity that bounds decode speed; FLOP/s is 2*M*N*K per gemm call.
 //
@@ -248,11 +248,19 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// argmax over one row of logits (greedy sampling), in cache: bytes/s of
-// the row read.
-void bm_argmax(benchmark::State& st, const KernelTable* t, int64_t n) {
+// The sampler's kernels over one row of logits, in cache: bytes/s of the
+// row read. which: 0 argmax (greedy), 1 indices_at_least at the top 1%
+// (top-k's filter), 2 exp_shifted (softmax numerators).
+void bm_sampling(benchmark::State& st, const KernelTable* t, int64_t n, int which) {
   const auto x = random_vec(n);
-  for (auto _ : st) benchmark::DoNotOptimize(t->argmax(x.data(), n));
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::vector<float> p(static_cast<size_t>(n));
+  for (auto _ : st) {
+    if (which == 0) benchmark::DoNotOptimize(t->argmax(x.data(), n));
+    if (which == 1) benchmark::DoNotOptimize(t->indices_at_least(x.data(), n, 0.98f, 0, idx.data()));
+    if (which == 2) benchmark::DoNotOptimize(t->exp_shifted(x.data(), n, 1.0f, 1.25f, p.data()));
+    benchmark::ClobberMemory();
+  }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 4);
 }
 
@@ -359,8 +367,12 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((prefix + "/attend_stream" + shape).c_str(), bm_attend, t, len, int64_t{64},
                                    stream / (2 * len * 64 * 4) + 1, false);
     }
-    for (int64_t vocab : {32000, 152064})
-      benchmark::RegisterBenchmark((prefix + "/argmax/" + std::to_string(vocab)).c_str(), bm_argmax, t, vocab);
+    for (int64_t vocab : {32000, 152064}) {
+      const std::string v = "/" + std::to_string(vocab);
+      benchmark::RegisterBenchmark((prefix + "/argmax" + v).c_str(), bm_sampling, t, vocab, 0);
+      benchmark::RegisterBenchmark((prefix + "/indices_at_least" + v).c_str(), bm_sampling, t, vocab, 1);
+      benchmark::RegisterBenchmark((prefix + "/exp_shifted" + v).c_str(), bm_sampling, t, vocab, 2);
+    }
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

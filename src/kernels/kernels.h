@@ -84,6 +84,10 @@ struct ReadNext {
   int64_t bytes = 0;
 };
 
+// exp_shifted's floor: exp(-87.3) ~ 1.2e-38, the smallest normal float's
+// neighbourhood; below it the numerator is 0.
+inline constexpr float kExpShiftedMin = -87.3f;
+
 struct KernelTable {
   Isa isa;
   // The level the streaming tiles prefetch into (the AVX-512 and amx tables
@@ -192,6 +196,16 @@ struct KernelTable {
   // value is NaN. Greedy sampling: one per sequence per decode step over
   // the vocabulary's logits (32000 values: 25.7 us scalar, bench_sampler).
   int64_t (*argmax)(const float* x, int64_t n);
+  // Writes base + i for every x[i] >= t over [n], ascending, into out (room
+  // for n); returns how many. NaN is never >= t. The sampler's top-k and
+  // top-p candidates: a compare and a compress per 16 values where a
+  // scalar loop takes a branch per value.
+  int64_t (*indices_at_least)(const float* x, int64_t n, float t, int32_t base, int32_t* out);
+  // Softmax numerators of logits at a temperature: with d = (x[i] - mx) *
+  // inv_t (float), p[i] = exp(d) where d >= kExpShiftedMin and 0 below it
+  // (underflow, a -inf logit, NaN), over [n]; returns the sum of p (f32,
+  // each table its own order). mx is the logits' max, so p <= 1.
+  float (*exp_shifted)(const float* x, int64_t n, float mx, float inv_t, float* p);
 
   // Attention of one query head over `len` cached positions:
   //   s[j] = scale * dot(q, K[j]),  p = softmax(s),  out = sum_j p[j] * V[j]

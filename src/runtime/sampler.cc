@@ -5,12 +5,17 @@
 // full sort of the vocabulary (what nucleus sampling is usually written as)
 // took 3.0 ms per draw for 32000 logits (build/bin/bench_sampler), about a
 // quarter of a k3-base bf16 decode step (docs/performance.md),
-// so nothing here sorts more than top-k candidates: without top-k the
-// nucleus is found by selection (nucleus_prefix, O(vocab) expected).
+// so nothing here sorts more than the candidates: top-k keeps the values at
+// or above a rising threshold (KernelTable::indices_at_least, a block at a
+// time) and sorts those; without top-k the softmax numerators come from one
+// vectorised pass (exp_shifted), the tokens that cannot reach the nucleus
+// are dropped by a bound on their mass, and the nucleus among the rest is
+// found by selection (nucleus_prefix, O(candidates) expected).
 #include "runtime/sampler.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace k3::runtime {
 
@@ -36,7 +41,7 @@ struct Before {
 
 }  // namespace
 
-int64_t nucleus_prefix(const float* logits, const double* prob, int32_t* idx, int64_t n, double target) {
+int64_t nucleus_prefix(const float* logits, const float* prob, int32_t* idx, int64_t n, double target) {
   // Invariant: idx[0, lo) are the lo first tokens in Before order and hold
   // mass `above` < target; the first hi tokens hold >= target (hi = n holds
   // everything). Each round partitions [lo, hi) around its middle with
@@ -60,33 +65,64 @@ int64_t nucleus_prefix(const float* logits, const double* prob, int32_t* idx, in
   return hi;
 }
 
+int64_t top_k_candidates(const kernels::KernelTable& kt, const float* logits, int64_t v, int64_t k, int32_t* idx) {
+  // Every token outside idx[0, n) is below t, and at least k tokens in it
+  // are at or above t once t is finite, so the k first in Before order are
+  // in idx. When n passes kRoom * k, the k-th best so far becomes t and the
+  // rest are dropped: t rises and later blocks add few tokens.
+  constexpr int64_t kBlock = 512, kRoom = 4;
+  const Before before{logits};
+  float t = -std::numeric_limits<float>::infinity();
+  int64_t n = 0;
+  for (int64_t b = 0; b < v; b += kBlock) {
+    n += kt.indices_at_least(logits + b, std::min(kBlock, v - b), t, static_cast<int32_t>(b), idx + n);
+    if (n > kRoom * k) {
+      std::nth_element(idx, idx + k - 1, idx + n, before);
+      t = logits[idx[k - 1]];
+      n = std::partition(idx + k, idx + n, [&](int32_t i) { return logits[i] >= t; }) - idx;
+    }
+  }
+  const int64_t keep = std::min(k, n);  // fewer when the rest are NaN
+  std::partial_sort(idx, idx + keep, idx + n, before);
+  return keep;
+}
+
 int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) {
   const int64_t v = static_cast<int64_t>(idx_.size());
   if (p.temperature == 0.0f) return static_cast<int32_t>(kt_->argmax(logits, v));
-  const Before before{logits};
   int32_t* idx = idx_.data();
-  double* prob = prob_.data();  // indexed by token id
-  for (int64_t i = 0; i < v; ++i) idx[i] = static_cast<int32_t>(i);
+  float* prob = prob_.data();  // indexed by token id
+  const float mx = logits[kt_->argmax(logits, v)];
+  const float inv_t = 1.0f / p.temperature;
 
-  // Candidates idx[0, n): with top-k, the k first in Before order, sorted;
-  // without, the whole vocabulary in id order.
+  // Candidates idx[0, n) and their numerators: with top-k, the k first in
+  // Before order, sorted; without, every token (in id order, idx unused)
+  // or, for top-p, the ones that can be in the nucleus.
   int64_t n = v;
+  bool all = true;  // candidates are every token, in id order
+  double sum = 0.0;
   const bool sorted = p.top_k > 0 && p.top_k < v;
   if (sorted) {
-    n = p.top_k;
-    std::partial_sort(idx, idx + n, idx + v, before);
-  }
-  // Softmax numerators of logits / temperature (in double), shifted by the max.
-  const double inv_t = 1.0 / static_cast<double>(p.temperature);
-  const double mx = logits[sorted ? idx[0] : kt_->argmax(logits, v)];
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t t = idx[i];
-    sum += (prob[t] = std::exp((logits[t] - mx) * inv_t));
+    n = top_k_candidates(*kt_, logits, v, p.top_k, idx);
+    if (n == 0) return 0;  // every logit NaN
+    all = false;
+    for (int64_t i = 0; i < n; ++i) sum += (prob[idx[i]] = std::exp((logits[idx[i]] - mx) * inv_t));
+  } else {
+    sum = kt_->exp_shifted(logits, v, mx, inv_t, prob);
+    if (p.top_p < 1.0f) {
+      // Tokens whose numerator is below (1 - top_p) * sum / v hold less
+      // than (1 - top_p) * sum together, and come after every other token
+      // in Before order (the numerator does not decrease with the logit),
+      // so the nucleus, which leaves out at most that much, is among the
+      // others.
+      const float floor = static_cast<float>((1.0 - static_cast<double>(p.top_p)) * sum / static_cast<double>(v));
+      n = kt_->indices_at_least(prob, v, floor, 0, idx);
+      all = false;
+    }
   }
   // Nucleus: the smallest prefix, in Before order, whose mass reaches top_p
   // (at least one token).
-  if (p.top_p < 1.0f) {
+  if (p.top_p < 1.0f && n > 0) {
     const double target = static_cast<double>(p.top_p) * sum;
     if (sorted) {
       double acc = 0.0;
@@ -103,10 +139,21 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) 
     sum = 0.0;
     for (int64_t i = 0; i < n; ++i) sum += prob[idx[i]];
   }
-  // One draw over the kept tokens in their order in idx (sorted with top-k,
-  // a fixed function of the logits otherwise): any fixed order samples the
+  // One draw over the kept tokens in their order (sorted with top-k, a
+  // fixed function of the logits otherwise): any fixed order samples the
   // same distribution.
   double u = rng.uniform() * sum;
+  if (all) {
+    int64_t last = 0;  // the last token with mass, should rounding leave u >= 0
+    for (int64_t i = 0; i < v; ++i) {
+      if (prob[i] <= 0.0f) continue;
+      u -= prob[i];
+      last = i;
+      if (u < 0.0) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(last);
+  }
+  if (n == 0) return static_cast<int32_t>(kt_->argmax(logits, v));
   for (int64_t i = 0; i < n; ++i) {
     u -= prob[idx[i]];
     if (u < 0.0) return idx[i];

@@ -34,7 +34,7 @@ class Sampler {
  private:
   const kernels::KernelTable* kt_;
   std::vector<int32_t> idx_;
-  std::vector<double> prob_;
+  std::vector<float> prob_;
 };
 
 // The index of x's largest value (KernelTable::argmax on the best table:
@@ -46,6 +46,11 @@ int32_t argmax(const float* x, int64_t n);
 // entries are the c most likely tokens (descending logit, ties by lower id),
 // in no particular order among themselves, where c is the smallest count
 // whose mass reaches target; returns c (1 <= c <= n).
-int64_t nucleus_prefix(const float* logits, const double* prob, int32_t* idx, int64_t n, double target);
+int64_t nucleus_prefix(const float* logits, const float* prob, int32_t* idx, int64_t n, double target);
+
+// The k first tokens of logits[v] in the sampler's order (descending logit,
+// ties by lower id; NaN never), sorted, into idx[0, k) (idx has room for v);
+// returns k, or fewer when fewer logits are not NaN. k >= 1.
+int64_t top_k_candidates(const kernels::KernelTable& kt, const float* logits, int64_t v, int64_t k, int32_t* idx);
 
 }  // namespace k3::runtime

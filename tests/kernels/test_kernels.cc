@@ -17,6 +17,8 @@
 //   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
 //   add         bit-exact; axpy |y - ref| <= 1e-6 * max(1, |ref|) (fma vs mul + add)
 //   argmax      the reference's index exactly (ties, NaN, infinities, signed zeros)
+//   indices_at_least  the reference's indices exactly
+//   exp_shifted |p - ref| <= 2e-6 * max(1, |ref|), 0 exactly where ref is 0; sum within 1e-5 relative
 //   attend      |o - ref| <= 5e-6 * max|V|                        (online vs two-pass softmax)
 #include <gtest/gtest.h>
 
@@ -1025,6 +1027,53 @@ TEST_P(KernelTest, ArgmaxIsTheReferenceIndex) {
     x[at(0.6)] = -0.0f;
     check("signed zeros");
     ASSERT_EQ(t().argmax(x.data(), n), static_cast<int64_t>(std::min(at(0.6), at(0.9))));
+  }
+}
+
+TEST_P(KernelTest, IndicesAtLeastAreTheReferences) {
+  std::mt19937 rng(16);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
+  sizes.push_back(32000);
+  for (int64_t n : sizes) {
+    auto x = random_vec(n, rng);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] = i % 2 == 0 ? nan : -inf;
+    if (n > 2) x[static_cast<size_t>(n / 2)] = inf;
+    for (float th : {-inf, -1.0f, 0.0f, 0.9f, inf}) {
+      std::vector<int32_t> got(static_cast<size_t>(n) + 1, -7), want(static_cast<size_t>(n) + 1, -7);
+      const int64_t c = t().indices_at_least(x.data(), n, th, 100, got.data());
+      const int64_t r = ref().indices_at_least(x.data(), n, th, 100, want.data());
+      ASSERT_EQ(c, r) << "n=" << n << " t=" << th;
+      ASSERT_EQ(got, want) << "n=" << n << " t=" << th;  // and nothing written past the count
+    }
+  }
+}
+
+TEST_P(KernelTest, ExpShiftedIsTheReferences) {
+  std::mt19937 rng(17);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
+  sizes.push_back(32000);
+  for (int64_t n : sizes) {
+    auto x = random_vec(n, rng, -30.0f, 5.0f);
+    if (n > 3) {
+      x[0] = -inf;
+      x[1] = nan;
+      x[2] = -200.0f;  // below the floor once shifted
+    }
+    for (float inv_t : {1.0f, 1.25f, 4.0f}) {
+      std::vector<float> p(x.size(), -1.0f), r(x.size(), -1.0f);
+      const float sum = t().exp_shifted(x.data(), n, 5.0f, inv_t, p.data());
+      const float rsum = ref().exp_shifted(x.data(), n, 5.0f, inv_t, r.data());
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (r[i] == 0.0f) {
+          ASSERT_EQ(p[i], 0.0f) << "n=" << n << " i=" << i;
+        } else {
+          ASSERT_NEAR(p[i], r[i], 2e-6f * std::max(1.0f, std::fabs(r[i]))) << "n=" << n << " i=" << i;
+        }
+      }
+      ASSERT_NEAR(sum, rsum, 1e-5f * std::max(1.0f, rsum)) << "n=" << n;
+    }
   }
 }
 

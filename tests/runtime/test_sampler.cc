@@ -126,9 +126,9 @@ TEST(Sampler, NucleusPrefixMatchesSortedDefinition) {
       std::vector<float> logits(static_cast<size_t>(n));
       for (auto& l : logits) l = static_cast<float>(pick(gen)) * 0.01f;
       const float mx = *std::max_element(logits.begin(), logits.end());
-      std::vector<double> prob(logits.size());
+      std::vector<float> prob(logits.size());
       double total = 0.0;
-      for (size_t i = 0; i < logits.size(); ++i) total += (prob[i] = std::exp((logits[i] - mx) / 0.7));
+      for (size_t i = 0; i < logits.size(); ++i) total += (prob[i] = std::exp((logits[i] - mx) / 0.7f));
       std::vector<int32_t> sorted(logits.size());
       std::iota(sorted.begin(), sorted.end(), 0);
       std::sort(sorted.begin(), sorted.end(),
@@ -151,6 +151,74 @@ TEST(Sampler, NucleusPrefixMatchesSortedDefinition) {
         std::sort(idx.begin(), idx.end());
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(idx[i], i) << "idx must stay a permutation";
       }
+    }
+  }
+}
+
+// The threshold-filtered top-k against a full sort in the sampler's order,
+// on every table: ties (a few distinct values), NaN (never a candidate),
+// -inf, k past the count of non-NaN logits, ascending and descending runs
+// (the threshold starts low and rises late, or starts right).
+TEST(Sampler, TopKCandidatesMatchAFullSort) {
+  std::mt19937 gen(8);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    const kernels::KernelTable* kt = kernels::table_for(isa);
+    if (kt == nullptr) continue;
+    for (int64_t v : {1, 5, 40, 513, 4096, 32000}) {
+      for (int shape = 0; shape < 5; ++shape) {
+        std::vector<float> logits(static_cast<size_t>(v));
+        std::uniform_int_distribution<int> pick(0, shape == 1 ? 3 : 100000);
+        for (size_t i = 0; i < logits.size(); ++i) {
+          logits[i] = static_cast<float>(pick(gen)) * 0.001f;
+          if (shape == 2) logits[i] = static_cast<float>(i);                  // ascending
+          if (shape == 3) logits[i] = -static_cast<float>(i);                 // descending
+          if (shape == 4 && i % 3 == 0) logits[i] = i % 2 == 0 ? nan : -inf;  // NaN and -inf among them
+        }
+        std::vector<int32_t> want;
+        for (int32_t i = 0; i < static_cast<int32_t>(v); ++i)
+          if (!std::isnan(logits[static_cast<size_t>(i)])) want.push_back(i);
+        std::sort(want.begin(), want.end(), [&](int32_t a, int32_t b) {
+          return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                 (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+        });
+        for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{40}, v}) {
+          std::vector<int32_t> idx(static_cast<size_t>(v));
+          const int64_t got = top_k_candidates(*kt, logits.data(), v, k, idx.data());
+          const int64_t expect = std::min<int64_t>(k, static_cast<int64_t>(want.size()));
+          ASSERT_EQ(got, expect) << kernels::isa_name(isa) << " v=" << v << " shape=" << shape << " k=" << k;
+          for (int64_t i = 0; i < got; ++i)
+            ASSERT_EQ(idx[static_cast<size_t>(i)], want[static_cast<size_t>(i)])
+                << kernels::isa_name(isa) << " v=" << v << " shape=" << shape << " k=" << k << " rank " << i;
+        }
+      }
+    }
+  }
+}
+
+// Masked tokens (-inf) and NaN logits are never drawn, with or without
+// top-k and top-p, on every table.
+TEST(Sampler, NeverDrawsMinusInfOrNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits(1000, -inf);
+  for (size_t i = 0; i < logits.size(); i += 7) logits[i] = nan;
+  logits[3] = 0.0f;
+  logits[500] = 0.5f;
+  logits[998] = -1.0f;
+  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    const kernels::KernelTable* kt = kernels::table_for(isa);
+    if (kt == nullptr) continue;
+    Sampler s(static_cast<int64_t>(logits.size()), *kt);
+    for (auto [top_k, top_p] : {std::pair<int64_t, float>{0, 1.0f}, {0, 0.99f}, {40, 1.0f}, {40, 0.99f}}) {
+      SamplingParams p;
+      p.temperature = 1.0f;
+      p.top_k = top_k;
+      p.top_p = top_p;
+      Rng rng(4);
+      std::set<int32_t> seen;
+      for (int i = 0; i < 3000; ++i) seen.insert(s.sample(logits.data(), p, rng));
+      EXPECT_EQ(seen, (std::set<int32_t>{3, 500, 998}))
+          << kernels::isa_name(isa) << " top_k " << top_k << " top_p " << top_p;
     }
   }
 }

@@ -243,6 +243,25 @@ int64_t argmax(const float* x, int64_t n) {
   return best < 0 ? 0 : best;
 }
 
+// x: [n] -> out: [count]. The reference: one compare per value.
+int64_t indices_at_least(const float* x, int64_t n, float t, int32_t base, int32_t* out) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] >= t) out[c++] = base + static_cast<int32_t>(i);
+  return c;
+}
+
+// x, p: [n]. libm's expf; the sum in double, rounded once.
+float exp_shifted(const float* x, int64_t n, float mx, float inv_t, float* p) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = (x[i] - mx) * inv_t;
+    p[i] = d >= kExpShiftedMin ? std::exp(d) : 0.0f;
+    sum += p[i];
+  }
+  return static_cast<float>(sum);
+}
+
 inline float cache_value(float x) {
   return x;
 }
@@ -297,6 +316,8 @@ constexpr KernelTable kTable = {
     .add = add,
     .axpy = axpy,
     .argmax = argmax,
+    .indices_at_least = indices_at_least,
+    .exp_shifted = exp_shifted,
     .attend = attend_rows<float>,
     .attend_bf16 = attend_rows<uint16_t>,
     .attend_cached = attend_rows<float>,  // nothing to leave out: no software prefetch

@@ -661,6 +661,43 @@ int64_t argmax(const float* x, int64_t n) {
   return 0;  // every value NaN
 }
 
+// x: [n] -> out: [count]. A compare mask per 8 values; its set bits
+// appended one at a time (few once the sampler's threshold has risen).
+int64_t indices_at_least(const float* x, int64_t n, float t, int32_t base, int32_t* out) {
+  const __m256 vt = _mm256_set1_ps(t);
+  int64_t c = 0, i = 0;
+  for (; i + kW <= n; i += kW) {
+    unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vt, _CMP_GE_OQ)));
+    for (; m != 0; m &= m - 1) out[c++] = base + static_cast<int32_t>(i + __builtin_ctz(m));
+  }
+  for (; i < n; ++i)
+    if (x[i] >= t) out[c++] = base + static_cast<int32_t>(i);
+  return c;
+}
+
+// x, p: [n]. exp_ps per 8 values, 0 where d is below the floor (or NaN).
+float exp_shifted(const float* x, int64_t n, float mx, float inv_t, float* p) {
+  const __m256 vmx = _mm256_set1_ps(mx), vt = _mm256_set1_ps(inv_t), floor = _mm256_set1_ps(kExpShiftedMin);
+  auto numerators = [&](__m256 xv) {
+    const __m256 d = _mm256_mul_ps(_mm256_sub_ps(xv, vmx), vt);
+    return _mm256_and_ps(_mm256_cmp_ps(d, floor, _CMP_GE_OQ), exp_ps(d));
+  };
+  __m256 sum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {  // vmaskmovps stores are slow on AMD: full vectors unmasked
+    const __m256 e = numerators(_mm256_loadu_ps(x + i));
+    _mm256_storeu_ps(p + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (i < n) {
+    const __m256i in = tail_mask(n - i);
+    const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(in), numerators(_mm256_maskload_ps(x + i, in)));
+    _mm256_maskstore_ps(p + i, in, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  return hsum(sum);
+}
+
 // ---- normalisation ---------------------------------------------------------
 
 // sum_i x[i] over [n].
@@ -930,6 +967,8 @@ constexpr KernelTable kTable = {
     .add = add,
     .axpy = axpy,
     .argmax = argmax,
+    .indices_at_least = indices_at_least,
+    .exp_shifted = exp_shifted,
     .attend = attend_rows<float>,
     .attend_bf16 = attend_rows<uint16_t>,
     .attend_cached = attend_rows<float>,  // nothing to leave out: no software prefetch

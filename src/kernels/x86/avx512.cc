@@ -471,6 +471,42 @@ int64_t argmax(const float* x, int64_t n) {
   return 0;  // every value NaN
 }
 
+// x: [n] -> out: [count]. A compare mask per 16 values, the matching
+// indices packed with vpcompressd into a register (its store-to-memory
+// form is slow on Zen 4) and stored under a mask of their count.
+int64_t indices_at_least(const float* x, int64_t n, float t, int32_t base, int32_t* out) {
+  const __m512 vt = _mm512_set1_ps(t);
+  __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(base),
+                                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i step = _mm512_set1_epi32(static_cast<int32_t>(kW));
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 in = i + kW <= n ? __mmask16{0xffff} : tail_mask(n - i);
+    const __mmask16 m = _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, x + i), vt, _CMP_GE_OQ);
+    if (m != 0) {
+      const int k = __builtin_popcount(m);
+      _mm512_mask_storeu_epi32(out + c, static_cast<__mmask16>((1u << k) - 1), _mm512_maskz_compress_epi32(m, idx));
+      c += k;
+    }
+    idx = _mm512_add_epi32(idx, step);
+  }
+  return c;
+}
+
+// x, p: [n]. exp_ps per 16 values, 0 where d is below the floor (or NaN).
+float exp_shifted(const float* x, int64_t n, float mx, float inv_t, float* p) {
+  const __m512 vmx = _mm512_set1_ps(mx), vt = _mm512_set1_ps(inv_t), floor = _mm512_set1_ps(kExpShiftedMin);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 in = i + kW <= n ? __mmask16{0xffff} : tail_mask(n - i);
+    const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(in, x + i), vmx), vt);
+    const __m512 e = _mm512_maskz_mov_ps(_mm512_mask_cmp_ps_mask(in, d, floor, _CMP_GE_OQ), exp_ps(d));
+    _mm512_mask_storeu_ps(p + i, in, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
 // ---- normalisation ---------------------------------------------------------
 
 // sum_i x[i] over [n].
@@ -893,6 +929,8 @@ constexpr KernelTable kTable = {
     .add = add,
     .axpy = axpy,
     .argmax = argmax,
+    .indices_at_least = indices_at_least,
+    .exp_shifted = exp_shifted,
     .attend = attend_rows<float, P, true>,
     .attend_bf16 = attend_rows<uint16_t, P, true>,
     .attend_cached = attend_rows<float, P, false>,
