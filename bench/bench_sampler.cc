@@ -1,7 +1,8 @@
 // Sampler microbenchmark (Google Benchmark): one draw per iteration over a
 // vocabulary of logits shaped like a language model's (a few large values,
 // a long flat tail), for the settings users run: greedy, top-k, top-p alone
-// (the article's and the OpenAI API's default) and both.
+// (the article's and the OpenAI API's default) and both; top-p also over an
+// untrained model's nearly flat logits.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -21,9 +22,19 @@ std::vector<float> lm_like_logits(int64_t vocab) {
   return logits;
 }
 
-void bm_sample(benchmark::State& state, float temperature, int64_t top_k, float top_p) {
+// An untrained model's logits (k3 init-model's presets): nearly flat, so
+// the nucleus holds most of the vocabulary.
+std::vector<float> flat_logits(int64_t vocab) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> tail(0.0f, 0.3f);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (auto& l : logits) l = tail(gen);
+  return logits;
+}
+
+void bm_sample(benchmark::State& state, float temperature, int64_t top_k, float top_p, bool flat = false) {
   const int64_t vocab = state.range(0);
-  const std::vector<float> logits = lm_like_logits(vocab);
+  const std::vector<float> logits = flat ? flat_logits(vocab) : lm_like_logits(vocab);
   k3::runtime::Sampler sampler(vocab);
   k3::runtime::SamplingParams p;
   p.temperature = temperature;
@@ -40,6 +51,7 @@ BENCHMARK_CAPTURE(bm_sample, greedy, 0.0f, 0, 1.0f)->Arg(32000)->Arg(152064);
 BENCHMARK_CAPTURE(bm_sample, top_k40_top_p0.95, 0.8f, 40, 0.95f)->Arg(32000)->Arg(152064);
 BENCHMARK_CAPTURE(bm_sample, top_p0.95, 0.8f, 0, 0.95f)->Arg(32000)->Arg(152064);
 BENCHMARK_CAPTURE(bm_sample, full_softmax, 1.0f, 0, 1.0f)->Arg(32000)->Arg(152064);
+BENCHMARK_CAPTURE(bm_sample, top_p0.95_flat, 0.8f, 0, 0.95f, true)->Arg(32000)->Arg(152064);
 // clang-format on
 
 }  // namespace

@@ -65,6 +65,35 @@ int64_t nucleus_prefix(const float* logits, const float* prob, int32_t* idx, int
   return hi;
 }
 
+int64_t nucleus_by_buckets(const float* logits, const float* prob, int32_t* idx, int64_t n, double target,
+                           double* mass) {
+  float hi = -std::numeric_limits<float>::infinity(), lo = std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = logits[idx[i]];
+    hi = x > hi ? x : hi;
+    lo = x < lo ? x : lo;
+  }
+  const float span = hi - lo;
+  if (!(span > 0.0f) || !std::isfinite(span)) return nucleus_prefix(logits, prob, idx, n, target);
+  // Bucket of a logit: (hi - x) * scale rounded down, which does not
+  // decrease as x does, so every token of bucket b comes before every token
+  // of bucket b + 1 in Before order.
+  const float scale = static_cast<float>(kNucleusBuckets) / span;
+  auto bucket = [&](int32_t t) {
+    return std::min<int64_t>(kNucleusBuckets - 1, static_cast<int64_t>((hi - logits[t]) * scale));
+  };
+  std::fill(mass, mass + kNucleusBuckets, 0.0);
+  for (int64_t i = 0; i < n; ++i) mass[bucket(idx[i])] += prob[idx[i]];
+  // The first bucket whose tokens bring the mass to the target: the buckets
+  // before it are in the nucleus whole, and it ends inside this one.
+  int64_t b = 0;
+  double above = 0.0;
+  for (; b < kNucleusBuckets - 1 && above + mass[b] < target; ++b) above += mass[b];
+  int32_t* whole = std::partition(idx, idx + n, [&](int32_t t) { return bucket(t) < b; });
+  int32_t* edge = std::partition(whole, idx + n, [&](int32_t t) { return bucket(t) == b; });
+  return (whole - idx) + nucleus_prefix(logits, prob, whole, edge - whole, target - above);
+}
+
 int64_t top_k_candidates(const kernels::KernelTable& kt, const float* logits, int64_t v, int64_t k, int32_t* idx) {
   // Every token outside idx[0, n) is below t, and at least k tokens in it
   // are at or above t once t is finite, so the k first in Before order are
@@ -133,6 +162,8 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) 
         if (acc >= target) break;
       }
       n = keep;
+    } else if (n > kNucleusBuckets) {
+      n = nucleus_by_buckets(logits, prob, idx, n, target, mass_.data());
     } else {
       n = nucleus_prefix(logits, prob, idx, n, target);
     }

@@ -23,11 +23,18 @@ struct SamplingParams {
   Status validate() const;
 };
 
+// Buckets of nucleus_by_buckets, which the sampler takes over
+// nucleus_prefix for more candidates than this.
+inline constexpr int64_t kNucleusBuckets = 1024;
+
 class Sampler {
  public:
   // kt: the table whose argmax greedy sampling runs (the engine's).
   explicit Sampler(int64_t vocab_size, const kernels::KernelTable& kt = kernels::best_table())
-      : kt_(&kt), idx_(static_cast<size_t>(vocab_size)), prob_(static_cast<size_t>(vocab_size)) {}
+      : kt_(&kt),
+        idx_(static_cast<size_t>(vocab_size)),
+        prob_(static_cast<size_t>(vocab_size)),
+        mass_(static_cast<size_t>(kNucleusBuckets)) {}
   // logits: [vocab_size]. Ties in greedy mode go to the lowest token id.
   int32_t sample(const float* logits, const SamplingParams& params, Rng& rng);
 
@@ -35,6 +42,7 @@ class Sampler {
   const kernels::KernelTable* kt_;
   std::vector<int32_t> idx_;
   std::vector<float> prob_;
+  std::vector<double> mass_;  // nucleus_by_buckets's scratch
 };
 
 // The index of x's largest value (KernelTable::argmax on the best table:
@@ -47,6 +55,16 @@ int32_t argmax(const float* x, int64_t n);
 // in no particular order among themselves, where c is the smallest count
 // whose mass reaches target; returns c (1 <= c <= n).
 int64_t nucleus_prefix(const float* logits, const float* prob, int32_t* idx, int64_t n, double target);
+
+// nucleus_prefix's result (the same count, the same set of tokens first)
+// for many candidates: their mass per bucket of logit values (kNucleusBuckets
+// between the highest and lowest candidate, in mass, the caller's scratch)
+// in one pass, then the buckets before the one where the mass reaches the
+// target are taken whole and nucleus_prefix runs on that one only. A
+// nearly flat distribution (an untrained model's) keeps most of the
+// vocabulary, where nucleus_prefix's rounds cost ~0.6 ms per 32000.
+int64_t nucleus_by_buckets(const float* logits, const float* prob, int32_t* idx, int64_t n, double target,
+                           double* mass);
 
 // The k first tokens of logits[v] in the sampler's order (descending logit,
 // ties by lower id; NaN never), sorted, into idx[0, k) (idx has room for v);

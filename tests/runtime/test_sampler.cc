@@ -115,16 +115,17 @@ TEST(Sampler, SameSeedSameTokens) {
   EXPECT_NE(draw(42), draw(43));
 }
 
-// The selection-based nucleus against the definition: sort by (logit desc,
-// id asc), take the shortest prefix whose mass reaches the target. Logits
-// drawn from a few values force many ties.
+// The selection-based nucleus (and its bucketed form) against the
+// definition: sort by (logit desc, id asc), take the shortest prefix whose
+// mass reaches the target. Logits drawn from a few values force many ties;
+// 32000 nearly flat ones are an untrained model's.
 TEST(Sampler, NucleusPrefixMatchesSortedDefinition) {
   std::mt19937 gen(5);
-  for (int64_t n : {1, 2, 3, 7, 64, 1000, 4099}) {
-    for (int distinct : {3, 50, 100000}) {
-      std::uniform_int_distribution<int> pick(0, distinct - 1);
+  for (int64_t n : {1, 2, 3, 7, 64, 1000, 4099, 32000}) {
+    for (int distinct : {3, 50, 100000, -100000}) {  // negative: as many values, 1000 times closer
+      std::uniform_int_distribution<int> pick(0, std::abs(distinct) - 1);
       std::vector<float> logits(static_cast<size_t>(n));
-      for (auto& l : logits) l = static_cast<float>(pick(gen)) * 0.01f;
+      for (auto& l : logits) l = static_cast<float>(pick(gen)) * (distinct > 0 ? 0.01f : 1e-5f);
       const float mx = *std::max_element(logits.begin(), logits.end());
       std::vector<float> prob(logits.size());
       double total = 0.0;
@@ -141,15 +142,20 @@ TEST(Sampler, NucleusPrefixMatchesSortedDefinition) {
           ++want;
           if (acc >= target) break;
         }
-        std::vector<int32_t> idx(logits.size());
-        std::iota(idx.begin(), idx.end(), 0);
-        const int64_t got = nucleus_prefix(logits.data(), prob.data(), idx.data(), n, target);
-        ASSERT_EQ(got, want) << "n=" << n << " distinct=" << distinct << " top_p=" << top_p;
-        EXPECT_EQ(std::set<int32_t>(idx.begin(), idx.begin() + got),
-                  std::set<int32_t>(sorted.begin(), sorted.begin() + want))
-            << "n=" << n << " distinct=" << distinct << " top_p=" << top_p;
-        std::sort(idx.begin(), idx.end());
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(idx[i], i) << "idx must stay a permutation";
+        for (bool buckets : {false, true}) {
+          std::vector<int32_t> idx(logits.size());
+          std::iota(idx.begin(), idx.end(), 0);
+          std::vector<double> mass(kNucleusBuckets);
+          const int64_t got = buckets
+                                  ? nucleus_by_buckets(logits.data(), prob.data(), idx.data(), n, target, mass.data())
+                                  : nucleus_prefix(logits.data(), prob.data(), idx.data(), n, target);
+          ASSERT_EQ(got, want) << "n=" << n << " distinct=" << distinct << " top_p=" << top_p << " buckets " << buckets;
+          EXPECT_EQ(std::set<int32_t>(idx.begin(), idx.begin() + got),
+                    std::set<int32_t>(sorted.begin(), sorted.begin() + want))
+              << "n=" << n << " distinct=" << distinct << " top_p=" << top_p << " buckets " << buckets;
+          std::sort(idx.begin(), idx.end());
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(idx[i], i) << "idx must stay a permutation";
+        }
       }
     }
   }
