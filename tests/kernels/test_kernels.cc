@@ -981,12 +981,17 @@ TEST_P(KernelTest, AddAndAxpy) {
   }
 }
 
-TEST_P(KernelTest, ArgmaxIsTheReferenceIndex) {
-  std::mt19937 rng(15);
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+// The sampling kernels' sizes: the awkward ones and a vocabulary.
+std::vector<int64_t> sampling_sizes() {
   std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
   sizes.push_back(32000);
-  for (int64_t n : sizes) {
+  return sizes;
+}
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
+
+TEST_P(KernelTest, ArgmaxIsTheReferenceIndex) {
+  std::mt19937 rng(15);
+  for (int64_t n : sampling_sizes()) {
     auto x = random_vec(n, rng);
     auto check = [&](const char* what) {
       const int64_t want = ref().argmax(x.data(), n);
@@ -1008,19 +1013,19 @@ TEST_P(KernelTest, ArgmaxIsTheReferenceIndex) {
     check("tie");
     ASSERT_EQ(t().argmax(x.data(), n), static_cast<int64_t>(at(0.3)));
     // NaN skipped: at the start, at the maximum's place, everywhere but one.
-    x[0] = nan;
-    x[at(0.3)] = nan;
+    x[0] = kNaN;
+    x[at(0.3)] = kNaN;
     check("nan");
-    std::fill(x.begin(), x.end(), nan);
+    std::fill(x.begin(), x.end(), kNaN);
     check("all nan");
     ASSERT_EQ(t().argmax(x.data(), n), 0);
-    x[n - 1] = -inf;
+    x[n - 1] = -kInf;
     check("nan and one -inf");
     ASSERT_EQ(t().argmax(x.data(), n), n - 1);
     // Infinities and signed zeros.
-    std::fill(x.begin(), x.end(), -inf);
+    std::fill(x.begin(), x.end(), -kInf);
     check("all -inf");
-    x[at(0.5)] = inf;
+    x[at(0.5)] = kInf;
     check("+inf");
     std::fill(x.begin(), x.end(), -1.0f);
     x[at(0.9)] = 0.0f;
@@ -1032,14 +1037,11 @@ TEST_P(KernelTest, ArgmaxIsTheReferenceIndex) {
 
 TEST_P(KernelTest, IndicesAtLeastAreTheReferences) {
   std::mt19937 rng(16);
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
-  sizes.push_back(32000);
-  for (int64_t n : sizes) {
+  for (int64_t n : sampling_sizes()) {
     auto x = random_vec(n, rng);
-    for (size_t i = 0; i < x.size(); i += 5) x[i] = i % 2 == 0 ? nan : -inf;
-    if (n > 2) x[static_cast<size_t>(n / 2)] = inf;
-    for (float th : {-inf, -1.0f, 0.0f, 0.9f, inf}) {
+    for (size_t i = 0; i < x.size(); i += 5) x[i] = i % 2 == 0 ? kNaN : -kInf;
+    if (n > 2) x[static_cast<size_t>(n / 2)] = kInf;
+    for (float th : {-kInf, -1.0f, 0.0f, 0.9f, kInf}) {
       std::vector<int32_t> got(static_cast<size_t>(n) + 1, -7), want(static_cast<size_t>(n) + 1, -7);
       const int64_t c = t().indices_at_least(x.data(), n, th, 100, got.data());
       const int64_t r = ref().indices_at_least(x.data(), n, th, 100, want.data());
@@ -1051,14 +1053,11 @@ TEST_P(KernelTest, IndicesAtLeastAreTheReferences) {
 
 TEST_P(KernelTest, ExpShiftedIsTheReferences) {
   std::mt19937 rng(17);
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
-  sizes.push_back(32000);
-  for (int64_t n : sizes) {
+  for (int64_t n : sampling_sizes()) {
     auto x = random_vec(n, rng, -30.0f, 5.0f);
     if (n > 3) {
-      x[0] = -inf;
-      x[1] = nan;
+      x[0] = -kInf;
+      x[1] = kNaN;
       x[2] = -200.0f;  // below the floor once shifted
     }
     for (float inv_t : {1.0f, 1.25f, 4.0f}) {
