@@ -175,14 +175,29 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) 
   // same distribution.
   double u = rng.uniform() * sum;
   if (all) {
-    int64_t last = 0;  // the last token with mass, should rounding leave u >= 0
-    for (int64_t i = 0; i < v; ++i) {
+    // Whole blocks first (8 independent sums, where subtracting token by
+    // token is one dependent add per token), then the block u ends in.
+    constexpr int64_t kDrawBlock = 256;
+    int64_t b = 0;
+    for (; b + kDrawBlock <= v; b += kDrawBlock) {
+      double s[8] = {};
+      for (int64_t i = b; i < b + kDrawBlock; i += 8)
+        for (int j = 0; j < 8; ++j) s[j] += prob[i + j];
+      const double block = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+      if (u < block) break;
+      u -= block;
+    }
+    int64_t last = -1;  // the last token with mass, should rounding leave u >= 0
+    for (int64_t i = b; i < v; ++i) {
       if (prob[i] <= 0.0f) continue;
       u -= prob[i];
       last = i;
       if (u < 0.0) return static_cast<int32_t>(i);
     }
-    return static_cast<int32_t>(last);
+    if (last >= 0) return static_cast<int32_t>(last);
+    for (int64_t i = b - 1; i >= 0; --i)  // u ran past the end by rounding: the last token with mass
+      if (prob[i] > 0.0f) return static_cast<int32_t>(i);
+    return 0;
   }
   if (n == 0) return static_cast<int32_t>(kt_->argmax(logits, v));
   for (int64_t i = 0; i < n; ++i) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -203,7 +204,8 @@ TEST(Sampler, TopKCandidatesMatchAFullSort) {
 }
 
 // Masked tokens (-inf) and NaN logits are never drawn, with or without
-// top-k and top-p, on every table.
+// top-k and top-p, on every table, and the rest at their softmax
+// frequencies.
 TEST(Sampler, NeverDrawsMinusInfOrNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   std::vector<float> logits(1000, -inf);
@@ -221,10 +223,15 @@ TEST(Sampler, NeverDrawsMinusInfOrNaN) {
       p.top_k = top_k;
       p.top_p = top_p;
       Rng rng(4);
-      std::set<int32_t> seen;
-      for (int i = 0; i < 3000; ++i) seen.insert(s.sample(logits.data(), p, rng));
-      EXPECT_EQ(seen, (std::set<int32_t>{3, 500, 998}))
-          << kernels::isa_name(isa) << " top_k " << top_k << " top_p " << top_p;
+      std::map<int32_t, int> seen;
+      const int draws = 6000;
+      for (int i = 0; i < draws; ++i) ++seen[s.sample(logits.data(), p, rng)];
+      ASSERT_EQ(seen.size(), 3u) << kernels::isa_name(isa) << " top_k " << top_k << " top_p " << top_p;
+      // Masses 1, e^0.5, e^-1 in blocks 0, 1 and 3 of the full softmax's draw.
+      const double total = 1.0 + std::exp(0.5) + std::exp(-1.0);
+      EXPECT_NEAR(seen[3] / static_cast<double>(draws), 1.0 / total, 0.025) << kernels::isa_name(isa);
+      EXPECT_NEAR(seen[500] / static_cast<double>(draws), std::exp(0.5) / total, 0.025) << kernels::isa_name(isa);
+      EXPECT_NEAR(seen[998] / static_cast<double>(draws), std::exp(-1.0) / total, 0.025) << kernels::isa_name(isa);
     }
   }
 }
