@@ -10,7 +10,9 @@
 // time) and sorts those; without top-k the softmax numerators come from one
 // vectorised pass (exp_shifted), the tokens that cannot reach the nucleus
 // are dropped by a bound on their mass, and the nucleus among the rest is
-// found by selection (nucleus_prefix, O(candidates) expected).
+// found by selection (nucleus_prefix, O(candidates) expected; past 1024
+// candidates, nucleus_by_buckets first narrows it to one bucket of logit
+// values). docs/runtime.md has what each setting costs.
 #include "runtime/sampler.h"
 
 #include <algorithm>
