@@ -53,6 +53,9 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   int64_t ctx_len() const { return options_.ctx_len; }
   int threads() const { return pool_->size(); }
+  // The engine's threads, for work beside its steps (the generator samples
+  // a batch's tokens on them).
+  ThreadPool& pool() { return *pool_; }
   const kernels::KernelTable& kernels() const { return *kt_; }
   uint64_t arena_bytes() const { return arena_.size(); }
   uint64_t kv_cache_bytes() const { return cache_.bytes(); }

@@ -53,7 +53,10 @@ class Generator {
 
  private:
   Engine& engine_;
-  Sampler sampler_;
+  // One per engine thread: a batch's draws run in parallel, sampler c for
+  // the sequences k with k % n == c (each sequence keeps its own random
+  // stream, so the tokens do not depend on the split).
+  std::vector<Sampler> samplers_;
 };
 
 }  // namespace k3::runtime

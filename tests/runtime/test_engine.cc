@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/generator.h"
 #include "test_models.h"
 
 namespace k3::runtime {
@@ -93,6 +94,38 @@ TEST(Engine, ChunkedPrefillEqualsTokenByToken) {
   std::vector<float> lb;
   for (size_t i = 0; i < prompt.size(); ++i) lb = feed(*b, 0, static_cast<int32_t>(i), {prompt[i]});
   EXPECT_EQ(la, lb);
+}
+
+// The generator draws a batch's tokens on the engine's threads, each
+// sequence from its own random stream: the tokens are those of one thread,
+// and those of each prompt generated alone.
+TEST(Generator, SampledBatchIsTheSameOnAnyThreadsAndAlone) {
+  const std::vector<std::vector<int32_t>> prompts{{1, 2, 3}, {40, 41, 42, 43}, {7}};
+  GenerateOptions go;
+  go.max_new_tokens = 12;
+  go.stop_at_eos = false;
+  go.sampling.temperature = 0.9f;
+  go.sampling.top_k = 0;
+  go.sampling.top_p = 0.9f;
+  go.sampling.seed = 11;
+  std::vector<std::vector<int32_t>> tokens[2];
+  for (int threads : {1, 2}) {
+    auto e = load("k3-small", 3, false, threads);
+    ASSERT_NE(e, nullptr);
+    Generator gen(*e);
+    auto r = gen.generate(prompts, go);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    tokens[threads - 1] = r->tokens;
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  auto e = load("k3-small", 1);
+  ASSERT_NE(e, nullptr);
+  Generator gen(*e);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto r = gen.generate({prompts[i]}, go);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->tokens[0], tokens[1][i]) << "prompt " << i;
+  }
 }
 
 TEST(Engine, RejectsBadSteps) {
