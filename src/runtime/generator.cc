@@ -18,8 +18,10 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Generator::Generator(Engine& engine) : engine_(engine) {
-  samplers_.reserve(static_cast<size_t>(engine.threads()));
-  for (int t = 0; t < engine.threads(); ++t) samplers_.emplace_back(engine.config().vocab_size, engine.kernels());
+  // No more than a step has rows to draw: each holds two vocabulary-sized buffers.
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(engine.threads(), engine.options().max_batch));
+  samplers_.reserve(static_cast<size_t>(n));
+  for (int64_t c = 0; c < n; ++c) samplers_.emplace_back(engine.config().vocab_size, engine.kernels());
 }
 
 StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
@@ -112,8 +114,9 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
   // Decode: every unfinished sequence advances one token per step.
   std::vector<int32_t> tok(static_cast<size_t>(n)), dpos(static_cast<size_t>(n)), dslot(static_cast<size_t>(n)),
       rows(static_cast<size_t>(n)), which(static_cast<size_t>(n)), drawn(static_cast<size_t>(n));
-  ThreadPool& pool = engine_.pool();
-  const int64_t n_samplers = static_cast<int64_t>(samplers_.size());
+  // Draws run on the engine's threads, sampler c taking rows c, c + nc, ...
+  // (greedy draws are an argmax each: not worth a parallel region).
+  const int64_t n_samplers = opt.sampling.temperature > 0.0f ? static_cast<int64_t>(samplers_.size()) : 1;
   t0 = std::chrono::steady_clock::now();
   const int64_t allocations_before = heap_allocations();
   for (;;) {
@@ -132,19 +135,14 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
     StepInputs in{tok.data(), dpos.data(), dslot.data(), m, rows.data(), m};
     K3_ASSIGN_OR_RETURN(const float* logits, engine_.step(in, opt.decode_hooks));
     ++r.decode_steps;
-    // The draws first, a share of the rows per sampler, on the engine's
-    // threads when there are several draws that cost more than an argmax:
-    // batch-8 k3-base int8 with k3 bench's default top-p 0.95, 8 draws of
-    // about 0.15-0.4 ms on one thread. Then the tokens in row order.
-    auto draw = [&](int64_t c, int64_t nc) {
+    // The draws first, then the tokens in row order. One top-p 0.95 draw
+    // over k3-base's logits takes about 0.15 ms (bench_sampler with
+    // K3_SAMPLER_LOGITS), 8 of them a batch-8 step.
+    engine_.pool().run_chunks(std::min(m, n_samplers), [&](int64_t c, int64_t nc) {
       for (int64_t k = c; k < m; k += nc)
         drawn[static_cast<size_t>(k)] = samplers_[static_cast<size_t>(c)].sample(
             logits + k * vocab, opt.sampling, rngs[static_cast<size_t>(which[static_cast<size_t>(k)])]);
-    };
-    if (opt.sampling.temperature > 0.0f && m > 1 && n_samplers > 1)
-      pool.run_chunks(std::min(m, n_samplers), draw);
-    else
-      draw(0, 1);
+    });
     for (int64_t k = 0; k < m; ++k) {
       const int64_t i = which[static_cast<size_t>(k)];
       ++len[static_cast<size_t>(i)];

@@ -53,9 +53,9 @@ class Generator {
 
  private:
   Engine& engine_;
-  // One per engine thread: a batch's draws run in parallel, sampler c for
-  // the sequences k with k % n == c (each sequence keeps its own random
-  // stream, so the tokens do not depend on the split).
+  // One per engine thread, up to the engine's batch: a batch's draws run in
+  // parallel, sampler c for the rows k with k % n == c (each sequence keeps
+  // its own random stream, so the tokens do not depend on the split).
   std::vector<Sampler> samplers_;
 };
 

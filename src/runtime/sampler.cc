@@ -123,24 +123,24 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) 
   if (p.temperature == 0.0f) return static_cast<int32_t>(kt_->argmax(logits, v));
   int32_t* idx = idx_.data();
   float* prob = prob_.data();  // indexed by token id
-  const float mx = logits[kt_->argmax(logits, v)];
   const float inv_t = 1.0f / p.temperature;
+  const bool sorted = p.top_k > 0 && p.top_k < v;
+  const bool all = !sorted && p.top_p >= 1.0f;  // candidates: every token, in id order (idx unused)
 
   // Candidates idx[0, n) and their numerators: with top-k, the k first in
-  // Before order, sorted; without, every token (in id order, idx unused)
-  // or, for top-p, the ones that can be in the nucleus.
+  // Before order, sorted; without, every token or, for top-p, the ones that
+  // can be in the nucleus. n >= 1 below: the max's numerator is 1, at or
+  // above the top-p floor (an all-NaN row has numerators 0 and floor 0).
   int64_t n = v;
-  bool all = true;  // candidates are every token, in id order
   double sum = 0.0;
-  const bool sorted = p.top_k > 0 && p.top_k < v;
   if (sorted) {
     n = top_k_candidates(*kt_, logits, v, p.top_k, idx);
     if (n == 0) return 0;  // every logit NaN
-    all = false;
+    const float mx = logits[idx[0]];
     for (int64_t i = 0; i < n; ++i) sum += (prob[idx[i]] = std::exp((logits[idx[i]] - mx) * inv_t));
   } else {
-    sum = kt_->exp_shifted(logits, v, mx, inv_t, prob);
-    if (p.top_p < 1.0f) {
+    sum = kt_->exp_shifted(logits, v, logits[kt_->argmax(logits, v)], inv_t, prob);
+    if (!all) {
       // Tokens whose numerator is below (1 - top_p) * sum / v hold less
       // than (1 - top_p) * sum together, and come after every other token
       // in Before order (the numerator does not decrease with the logit),
@@ -148,12 +148,11 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) 
       // others.
       const float floor = static_cast<float>((1.0 - static_cast<double>(p.top_p)) * sum / static_cast<double>(v));
       n = kt_->indices_at_least(prob, v, floor, 0, idx);
-      all = false;
     }
   }
   // Nucleus: the smallest prefix, in Before order, whose mass reaches top_p
   // (at least one token).
-  if (p.top_p < 1.0f && n > 0) {
+  if (p.top_p < 1.0f) {
     const double target = static_cast<double>(p.top_p) * sum;
     if (sorted) {
       double acc = 0.0;
@@ -174,39 +173,35 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, Rng& rng) 
   }
   // One draw over the kept tokens in their order (sorted with top-k, a
   // fixed function of the logits otherwise): any fixed order samples the
-  // same distribution.
+  // same distribution. u starts >= 0, so it first turns negative at a
+  // token with mass.
   double u = rng.uniform() * sum;
-  if (all) {
-    // Whole blocks first (8 independent sums, where subtracting token by
-    // token is one dependent add per token), then the block u ends in.
-    constexpr int64_t kDrawBlock = 256;
-    int64_t b = 0;
-    for (; b + kDrawBlock <= v; b += kDrawBlock) {
-      double s[8] = {};
-      for (int64_t i = b; i < b + kDrawBlock; i += 8)
-        for (int j = 0; j < 8; ++j) s[j] += prob[i + j];
-      const double block = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-      if (u < block) break;
-      u -= block;
+  if (!all) {
+    for (int64_t i = 0; i < n; ++i) {
+      u -= prob[idx[i]];
+      if (u < 0.0) return idx[i];
     }
-    int64_t last = -1;  // the last token with mass, should rounding leave u >= 0
-    for (int64_t i = b; i < v; ++i) {
-      if (prob[i] <= 0.0f) continue;
-      u -= prob[i];
-      last = i;
-      if (u < 0.0) return static_cast<int32_t>(i);
-    }
-    if (last >= 0) return static_cast<int32_t>(last);
-    for (int64_t i = b - 1; i >= 0; --i)  // u ran past the end by rounding: the last token with mass
-      if (prob[i] > 0.0f) return static_cast<int32_t>(i);
-    return 0;
+    return idx[n - 1];
   }
-  if (n == 0) return static_cast<int32_t>(kt_->argmax(logits, v));
-  for (int64_t i = 0; i < n; ++i) {
-    u -= prob[idx[i]];
-    if (u < 0.0) return idx[i];
+  // Whole blocks first (8 independent sums, where subtracting token by
+  // token is one dependent add per token), then the block u ends in.
+  constexpr int64_t kDrawBlock = 256;
+  int64_t b = 0;
+  for (; b + kDrawBlock <= v; b += kDrawBlock) {
+    double s[8] = {};
+    for (int64_t i = b; i < b + kDrawBlock; i += 8)
+      for (int j = 0; j < 8; ++j) s[j] += prob[i + j];
+    const double block = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    if (u < block) break;
+    u -= block;
   }
-  return idx[n - 1];
+  for (int64_t i = b; i < v; ++i) {
+    u -= prob[i];
+    if (u < 0.0) return static_cast<int32_t>(i);
+  }
+  for (int64_t i = v - 1; i > 0; --i)  // rounding left u >= 0: the last token with mass
+    if (prob[i] > 0.0f) return static_cast<int32_t>(i);
+  return 0;
 }
 
 }  // namespace k3::runtime

@@ -464,7 +464,7 @@ int64_t argmax(const float* x, int64_t n) {
   const __m512 best =
       _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3]))));
   for (i = 0; i < n; i += kW) {
-    const __mmask16 in = i + kW <= n ? __mmask16{0xffff} : tail_mask(n - i);
+    const __mmask16 in = lanes_before(i, n);
     const __mmask16 eq = _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, x + i), best, _CMP_EQ_OQ);
     if (eq != 0) return i + __builtin_ctz(eq);
   }
@@ -481,7 +481,7 @@ int64_t indices_at_least(const float* x, int64_t n, float t, int32_t base, int32
   const __m512i step = _mm512_set1_epi32(static_cast<int32_t>(kW));
   int64_t c = 0;
   for (int64_t i = 0; i < n; i += kW) {
-    const __mmask16 in = i + kW <= n ? __mmask16{0xffff} : tail_mask(n - i);
+    const __mmask16 in = lanes_before(i, n);
     const __mmask16 m = _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, x + i), vt, _CMP_GE_OQ);
     if (m != 0) {
       const int k = __builtin_popcount(m);
@@ -498,7 +498,7 @@ float exp_shifted(const float* x, int64_t n, float mx, float inv_t, float* p) {
   const __m512 vmx = _mm512_set1_ps(mx), vt = _mm512_set1_ps(inv_t), floor = _mm512_set1_ps(kExpShiftedMin);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += kW) {
-    const __mmask16 in = i + kW <= n ? __mmask16{0xffff} : tail_mask(n - i);
+    const __mmask16 in = lanes_before(i, n);
     const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(in, x + i), vmx), vt);
     const __m512 e = _mm512_maskz_mov_ps(_mm512_mask_cmp_ps_mask(in, d, floor, _CMP_GE_OQ), exp_ps(d));
     _mm512_mask_storeu_ps(p + i, in, e);

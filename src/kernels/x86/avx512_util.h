@@ -28,6 +28,11 @@ inline __mmask16 tail_mask(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1u);
 }
 
+// Lanes of the 16 values from i on that lie in [0, n): all, or the tail's.
+inline __mmask16 lanes_before(int64_t i, int64_t n) {
+  return i + 16 <= n ? static_cast<__mmask16>(0xFFFF) : tail_mask(n - i);
+}
+
 inline int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
