@@ -1,7 +1,8 @@
 // Kernel microbenchmarks: gemm_nt (f32, bf16 widened or as dot products, and
 // int8 weights, rows or panels) at decode (M = 1..8) and prefill (M = 128)
-// shapes, attend at two cache lengths and the sampler's kernels over a
-// vocabulary, for every ISA this CPU runs.
+// shapes, attend at two cache lengths (one query, and a prefill chunk's
+// causal rows) and the sampler's kernels over a vocabulary, for every ISA
+// this CPU runs.
 // bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
 // the quantity that bounds decode speed; FLOP/s is 2*M*N*K per gemm call.
 //
@@ -286,6 +287,24 @@ void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64
       benchmark::Counter(4.0 * static_cast<double>(len * hd), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One query head's rows of a causal prefill chunk: attend_cached over
+// lengths 1..len of one [len, hd] K/V cache in cache, as CachedAttention
+// calls it for a prompt of len tokens (each length's tail of len % 16
+// positions included). FLOP/s counts 4 * hd per position attended.
+void bm_attend_causal(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd) {
+  const auto q = random_vec(len * hd), k = random_vec(len * hd), v = random_vec(len * hd);
+  std::vector<float> out(static_cast<size_t>(len * hd));
+  const float scale = 0.125f;
+  for (auto _ : state) {
+    for (int64_t l = 1; l <= len; ++l)
+      t->attend_cached(q.data() + (l - 1) * hd, k.data(), v.data(), l, hd, hd, scale, out.data() + (l - 1) * hd);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(4.0 * static_cast<double>(len * (len + 1) / 2 * hd),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 struct GemmShape {
   int64_t M, N, K;
   std::string name() const { return "/M" + std::to_string(M) + "_N" + std::to_string(N) + "_K" + std::to_string(K); }
@@ -367,6 +386,9 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark((prefix + "/attend_stream" + shape).c_str(), bm_attend, t, len, int64_t{64},
                                    stream / (2 * len * 64 * 4) + 1, false);
     }
+    for (int64_t len : {128, 1024})
+      benchmark::RegisterBenchmark((prefix + "/attend_causal/len" + std::to_string(len) + "_hd64").c_str(),
+                                   bm_attend_causal, t, len, int64_t{64});
     for (int64_t vocab : {32000, 152064}) {
       const std::string v = "/" + std::to_string(vocab);
       benchmark::RegisterBenchmark((prefix + "/argmax" + v).c_str(), bm_sampling, t, vocab, 0);
