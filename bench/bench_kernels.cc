@@ -1,8 +1,8 @@
 // Kernel microbenchmarks: gemm_nt (f32, bf16 widened or as dot products, and
 // int8 weights, rows or panels) at decode (M = 1..8) and prefill (M = 128)
 // shapes, attend at two cache lengths (one query, and a prefill chunk's
-// causal rows) and the sampler's kernels over a vocabulary, for every ISA
-// this CPU runs.
+// causal rows), the norms and elementwise kernels over a prefill's rows and
+// the sampler's kernels over a vocabulary, for every ISA this CPU runs.
 // bytes_per_second counts the weight (or K/V cache) bytes streamed per call,
 // the quantity that bounds decode speed; FLOP/s is 2*M*N*K per gemm call.
 //
@@ -249,6 +249,52 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The elementwise kernels over rows of n values, in cache, as a 128-token
+// prefill calls them: a norm per row of d_model (LayerNorm or RMSNorm), the
+// experts' activation over their hidden rows (GeLU, or SiLU(g) * u), the
+// residual add and the MoE's weighted combine (axpy). items/s counts values
+// out; bytes/s the f32 values read and written.
+enum class Elementwise { kLayerNorm, kRmsNorm, kGelu, kSiluMul, kAdd, kAxpy };
+void bm_elementwise(benchmark::State& st, const KernelTable* t, Elementwise op, int64_t rows, int64_t n) {
+  const auto x = random_vec(rows * n), u = random_vec(rows * n), w = random_vec(n), b = random_vec(n);
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  // f32 values read and written per value out: two inputs for silu_mul and
+  // add, and axpy reads y besides x.
+  const bool two_in = op == Elementwise::kSiluMul || op == Elementwise::kAdd || op == Elementwise::kAxpy;
+  const int64_t streams = two_in ? 3 : 2;
+  for (auto _ : st) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * n;
+      const float* ur = u.data() + r * n;
+      float* yr = y.data() + r * n;
+      switch (op) {
+        case Elementwise::kLayerNorm:
+          t->layernorm(xr, w.data(), b.data(), 1e-5f, n, yr);
+          break;
+        case Elementwise::kRmsNorm:
+          t->rmsnorm(xr, w.data(), 1e-5f, n, yr);
+          break;
+        case Elementwise::kGelu:
+          t->gelu(xr, n, yr);
+          break;
+        case Elementwise::kSiluMul:
+          t->silu_mul(xr, ur, n, yr);
+          break;
+        case Elementwise::kAdd:
+          t->add(xr, ur, n, yr);
+          break;
+        case Elementwise::kAxpy:
+          t->axpy(0.5f, xr, n, yr);
+          break;
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(static_cast<int64_t>(st.iterations()) * rows * n);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * rows * n * 4 * streams);
+}
+
 // The sampler's kernels over one row of logits, in cache: bytes/s of the
 // row read. which: 0 argmax (greedy), 1 indices_at_least at the top 1%
 // (top-k's filter), 2 exp_shifted (softmax numerators).
@@ -389,6 +435,16 @@ int main(int argc, char** argv) {
     for (int64_t len : {128, 1024})
       benchmark::RegisterBenchmark((prefix + "/attend_causal/len" + std::to_string(len) + "_hd64").c_str(),
                                    bm_attend_causal, t, len, int64_t{64});
+    const std::pair<const char*, Elementwise> elementwise[] = {
+        {"layernorm", Elementwise::kLayerNorm}, {"rmsnorm", Elementwise::kRmsNorm}, {"gelu", Elementwise::kGelu},
+        {"silu_mul", Elementwise::kSiluMul},    {"add", Elementwise::kAdd},         {"axpy", Elementwise::kAxpy}};
+    for (const auto& [name, op] : elementwise) {
+      const bool hidden = op == Elementwise::kGelu || op == Elementwise::kSiluMul;  // experts' rows: 32 x 1536
+      const int64_t rows = hidden ? 32 : 128, n = hidden ? 1536 : 512;
+      benchmark::RegisterBenchmark(
+          (prefix + "/" + name + "/M" + std::to_string(rows) + "_N" + std::to_string(n)).c_str(), bm_elementwise, t, op,
+          rows, n);
+    }
     for (int64_t vocab : {32000, 152064}) {
       const std::string v = "/" + std::to_string(vocab);
       benchmark::RegisterBenchmark((prefix + "/argmax" + v).c_str(), bm_sampling, t, vocab, 0);
