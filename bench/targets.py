@@ -18,7 +18,8 @@ environment picks the kernel table, as for k3 itself):
   bandwidth probed right after it (``% of read bandwidth``), which is the
   step's bound (the bytes it must read / bandwidth) over its time;
 * prefill: ``k3 profile --phase prefill --context PROMPT`` per precision --
-  the step's GFLOP/s over the peak of its precision (``step_peak_fraction``).
+  the median profiled step's GFLOP/s over the peak of its precision
+  (``step_peak_fraction``).
 
 Goals: batch-1 decode at 85% of read bandwidth for fp32 and bf16 (bf16-f32 and bf16-mixed too), 80% for
 int8; larger batches within 15% of their bound (1 / 1.15 = 87%); prefill at

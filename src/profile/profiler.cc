@@ -264,8 +264,8 @@ ProfileReport build_report(const StepProfiler& p, const MachineLimits& limits, d
   for (const NodeStats& ns : r.nodes) flops_of[static_cast<int>(ns.precision)] += ns.cost.flops;
   for (int p = 1; p < kNumComputePrecisions; ++p)
     if (flops_of[p] > flops_of[static_cast<int>(r.main_precision)]) r.main_precision = static_cast<ComputePrecision>(p);
-  if (limits.known() && r.step_ms > 0)
-    r.step_peak_fraction = r.total.flops / (r.step_ms * 1e6) / limits.peak_for(r.main_precision);
+  if (limits.known() && r.step_ms_median > 0)
+    r.step_peak_fraction = r.total.flops / (r.step_ms_median * 1e6) / limits.peak_for(r.main_precision);
   return r;
 }
 
@@ -313,7 +313,7 @@ std::string format_report(const ProfileReport& r, int top_n) {
              r.limits.peak_gflops, dots.c_str(), precision_name(r.main_precision), r.limits.ridge(r.main_precision),
              r.limits.source.c_str());
     if (r.step_peak_fraction)
-      o += fmt("       the whole step's rate is %.1f%% of the %s peak (%.1f), the precision of most of its flops\n",
+      o += fmt("       the median step's rate is %.1f%% of the %s peak (%.1f), the precision of most of its flops\n",
                100.0 * *r.step_peak_fraction, precision_name(r.main_precision), r.limits.peak_for(r.main_precision));
   } else
     o += fmt("limits unknown (%s): no %% of limit\n", r.limits.source.empty() ? "no sysinfo" : r.limits.source.c_str());

@@ -186,7 +186,10 @@ struct ProfileReport {
   double class_ms[kNumOpClasses] = {};
   MachineLimits limits;
   // The precision of the nodes doing most of the step's flops, and the
-  // whole step's rate against that precision's peak (unset: limits unknown).
+  // median step's rate against that precision's peak (unset: limits
+  // unknown). The median, as k3 bench quotes: on a shared machine one step
+  // in five that a neighbour slows by a fifth (under the outlier cut) moved
+  // the mean, and with it this figure, by 4%.
   ComputePrecision main_precision = ComputePrecision::kF32;
   std::optional<double> step_peak_fraction;
   std::vector<NodeStats> nodes;  // one per plan node, plan order
