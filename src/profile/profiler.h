@@ -187,9 +187,10 @@ struct ProfileReport {
   MachineLimits limits;
   // The precision of the nodes doing most of the step's flops, and the
   // median step's rate against that precision's peak (unset: limits
-  // unknown). The median, as k3 bench quotes: on a shared machine one step
-  // in five that a neighbour slows by a fifth (under the outlier cut) moved
-  // the mean, and with it this figure, by 4%.
+  // unknown). The median, as k3 bench quotes: in a k3-base int8 prefill
+  // profile on a shared machine one step of five ran a fifth long, under the
+  // outlier cut, and the mean moved this figure from 52.3 to 49.8%
+  // (docs/performance.md, "int8 prefill, profile by profile").
   ComputePrecision main_precision = ComputePrecision::kF32;
   std::optional<double> step_peak_fraction;
   std::vector<NodeStats> nodes;  // one per plan node, plan order

@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "compiled/compiled_model.h"
 #include "profile/profiler.h"
@@ -273,6 +275,43 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
       }
     EXPECT_EQ(unjudged.main_precision, want);
   }
+}
+
+// The whole step's peak fraction is the median step's rate, as k3 bench
+// quotes medians: four steps of about 1 ms and one of 20 (one node of a
+// real plan, timed around a sleep) give a median well apart from the mean,
+// and the fraction follows the median. All steps kept (outlier factor 0);
+// a late wake-up would have to stretch three of the short steps past the
+// long one to move the median.
+TEST(Profiler, PeakFractionIsTheMedianStepsRate) {
+  const ProfileOptions o = prefill_options(32, 1);
+  Loaded l = load("k3-tiny", o);
+  ASSERT_TRUE(l.engine);
+  auto run = run_profile(*l.engine, o);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  const runtime::Plan& plan = run->profiler->plan();
+  StepProfiler replay(plan, 5);
+  for (int ms : {1, 1, 20, 1, 1}) {
+    replay.begin_step(run->profiler->step_counts(0));
+    for (size_t i = 0; i < replay.n_nodes(); ++i) {
+      const ir::Node& node = plan.graph().nodes()[i];
+      replay.before_node(i, node);
+      if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      replay.after_node(i, node, nullptr, 0);
+    }
+    replay.end_step();
+  }
+  MachineLimits lim;
+  lim.read_gb_per_s = 10;
+  lim.peak_gflops = 100;
+  const ProfileReport r = build_report(replay, lim, 0.0);
+  ASSERT_EQ(r.steps_used, 5);
+  ASSERT_GT(r.total.flops, 0);
+  ASSERT_TRUE(r.step_peak_fraction.has_value());
+  const double peak = lim.peak_for(r.main_precision);
+  EXPECT_NEAR(*r.step_peak_fraction, r.total.flops / (r.step_ms_median * 1e6) / peak, 1e-12);
+  EXPECT_GT(r.step_ms, 2 * r.step_ms_median);  // the 20 ms step lifts the mean only
+  EXPECT_GT(*r.step_peak_fraction, 2 * r.total.flops / (r.step_ms * 1e6) / peak);
 }
 
 TEST(Profiler, RejectsOptionsTheEngineCannotRun) {
