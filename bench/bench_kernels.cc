@@ -17,12 +17,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ir/dtype.h"
 #include "kernels/kernels.h"
+#include "util/aligned_buffer.h"
 #include "util/half.h"
 #include "util/panel.h"
 #include "util/q8_panel.h"
@@ -41,6 +43,23 @@ std::vector<float> random_vec(int64_t n) {
   for (float& x : v) x = dist(rng);
   return v;
 }
+
+// Floats in a 64-byte aligned buffer, as the runtime's arena and KV cache
+// hand rows to the kernels. std::vector's memory is 16-byte aligned, and
+// from there every 64-byte access spans two cache lines: AVX-512 GeLU,
+// RMSNorm and SiLU ran 20-55% slower from it, attention 5-8%
+// (docs/performance.md, "The elementwise kernels").
+class AlignedFloats {
+ public:
+  explicit AlignedFloats(const std::vector<float>& v) {
+    if (!buf_.allocate(std::max<uint64_t>(1, v.size()) * sizeof(float))) throw std::bad_alloc();
+    std::copy(v.begin(), v.end(), data());
+  }
+  float* data() const { return reinterpret_cast<float*>(buf_.data()); }
+
+ private:
+  k3::AlignedBuffer buf_;
+};
 
 // Bytes the "stream" runs rotate their weights through: 64 MiB, or twice the
 // last-level cache where that is more, so no copy is still cached when its
@@ -256,8 +275,9 @@ void bm_gemm_panels(benchmark::State& state, const KernelTable* t, int64_t M, in
 // out; bytes/s the f32 values read and written.
 enum class Elementwise { kLayerNorm, kRmsNorm, kGelu, kSiluMul, kAdd, kAxpy };
 void bm_elementwise(benchmark::State& st, const KernelTable* t, Elementwise op, int64_t rows, int64_t n) {
-  const auto x = random_vec(rows * n), u = random_vec(rows * n), w = random_vec(n), b = random_vec(n);
-  std::vector<float> y(static_cast<size_t>(rows * n));
+  const auto w = random_vec(n), b = random_vec(n);
+  const AlignedFloats x(random_vec(rows * n)), u(random_vec(rows * n)),
+      y(std::vector<float>(static_cast<size_t>(rows * n)));
   // f32 values read and written per value out: two inputs for silu_mul and
   // add, and axpy reads y besides x.
   const bool two_in = op == Elementwise::kSiluMul || op == Elementwise::kAdd || op == Elementwise::kAxpy;
@@ -317,9 +337,8 @@ void bm_sampling(benchmark::State& st, const KernelTable* t, int64_t n, int whic
 // the table's attend_cached, as a prefill chunk's rows call it.
 void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd, int64_t copies, bool cached) {
   const auto attend = cached ? t->attend_cached : t->attend;
-  const auto q = random_vec(hd), k = replicate(random_vec(len * hd), copies),
-             v = replicate(random_vec(len * hd), copies);
-  std::vector<float> out(static_cast<size_t>(hd));
+  const AlignedFloats q(random_vec(hd)), k(replicate(random_vec(len * hd), copies)),
+      v(replicate(random_vec(len * hd), copies)), out(std::vector<float>(static_cast<size_t>(hd)));
   const float scale = 0.125f;
   int64_t i = 0;
   for (auto _ : state) {
@@ -338,8 +357,8 @@ void bm_attend(benchmark::State& state, const KernelTable* t, int64_t len, int64
 // calls it for a prompt of len tokens (each length's tail of len % 16
 // positions included). FLOP/s counts 4 * hd per position attended.
 void bm_attend_causal(benchmark::State& state, const KernelTable* t, int64_t len, int64_t hd) {
-  const auto q = random_vec(len * hd), k = random_vec(len * hd), v = random_vec(len * hd);
-  std::vector<float> out(static_cast<size_t>(len * hd));
+  const AlignedFloats q(random_vec(len * hd)), k(random_vec(len * hd)), v(random_vec(len * hd)),
+      out(std::vector<float>(static_cast<size_t>(len * hd)));
   const float scale = 0.125f;
   for (auto _ : state) {
     for (int64_t l = 1; l <= len; ++l)
