@@ -605,9 +605,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 binary = k3_binary(args.k3_bin)
                 for prec in precisions:
                     k3m = workdir / f"model.{prec}.kv-{args.k3_kv_dtype}.k3m"
-                    step = f"bench on {k3m.name}" if k3m.is_file() else f"compiling {k3m.name}, then bench"
+                    compiled = k3m.is_file()  # by an earlier round
+                    step = f"bench on {k3m.name}" if compiled else f"compiling {k3m.name}, then bench"
                     print(f"K3 {prec}: {step} ...", file=sys.stderr)
-                    built = subprocess.CompletedProcess([], 0) if k3m.is_file() else subprocess.run(
+                    built = subprocess.CompletedProcess([], 0) if compiled else subprocess.run(
                         [str(binary), "compile", args.model, "--out", str(k3m), "--precision", prec,
                          "--kv-dtype", args.k3_kv_dtype,
                          "--input-shape", f"batch=1,ctx={args.prompt_len + args.gen_len}"],

@@ -136,7 +136,7 @@ StatusOr<GenerateResult> Generator::generate(const std::vector<std::vector<int32
     K3_ASSIGN_OR_RETURN(const float* logits, engine_.step(in, opt.decode_hooks));
     ++r.decode_steps;
     // The draws first, then the tokens in row order. One top-p 0.95 draw
-    // over k3-base's logits takes about 0.15 ms (bench_sampler with
+    // over k3-base's logits takes about 0.13 ms (bench_sampler with
     // K3_SAMPLER_LOGITS), 8 of them a batch-8 step.
     engine_.pool().run_chunks(std::min(m, n_samplers), [&](int64_t c, int64_t nc) {
       for (int64_t k = c; k < m; k += nc)
