@@ -20,6 +20,7 @@
 #include <new>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -151,19 +152,33 @@ void bm_gemm_bf16dot_tiles(benchmark::State& state, const KernelTable* t, int64_
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// As bm_gemm with int8 weights (util/quant.h rows: 1.0625 bytes per weight).
-// panels: the same weights in the int8 panel layout (gemm_nt_q8p16).
+// The int8 weight layouts: rows (gemm_nt_q8), panels (gemm_nt_q8p16) and
+// channel-scale panels (gemm_nt_q8cp16, `--precision int8-channel`).
+enum class Q8Layout { kRows, kPanels, kChannelPanels };
+
+// As bm_gemm with int8 weights (util/quant.h rows: 1.0625 bytes per weight;
+// channel-scale panels 1.0 plus 4 bytes a row) in one of the layouts above.
 void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_t N, int64_t K, int64_t copies,
-                bool panels) {
+                Q8Layout layout) {
   const auto A = random_vec(M * K);
   const auto Wf = random_vec(N * K);
   const auto rb = static_cast<int64_t>(k3::ir::q8_row_bytes(static_cast<uint64_t>(K)));
   std::vector<uint8_t> W1(static_cast<size_t>(N * rb));
-  for (int64_t n = 0; n < N; ++n) k3::quantize_q8_row(Wf.data() + n * K, K, W1.data() + n * rb);
-  const int64_t bytes = panels ? k3::panel_count(N) * k3::q8_panel_bytes(K) : N * rb;
-  if (panels) {
+  for (int64_t n = 0; n < N; ++n) {
+    if (layout == Q8Layout::kChannelPanels)
+      k3::quantize_q8_row_channel(Wf.data() + n * K, K, W1.data() + n * rb);
+    else
+      k3::quantize_q8_row(Wf.data() + n * K, K, W1.data() + n * rb);
+  }
+  const int64_t bytes = layout == Q8Layout::kPanels          ? k3::panel_count(N) * k3::q8_panel_bytes(K)
+                        : layout == Q8Layout::kChannelPanels ? k3::panel_count(N) * k3::q8c_panel_bytes(K)
+                                                             : N * rb;
+  if (layout != Q8Layout::kRows) {
     std::vector<uint8_t> P(static_cast<size_t>(bytes));
-    k3::pack_q8_panels(W1.data(), N, K, P.data());
+    if (layout == Q8Layout::kPanels)
+      k3::pack_q8_panels(W1.data(), N, K, P.data());
+    else
+      k3::pack_q8c_panels(W1.data(), N, K, P.data());
     W1 = std::move(P);
   }
   const auto W = replicate(W1, copies);
@@ -171,8 +186,10 @@ void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_
   int64_t i = 0;
   for (auto _ : state) {
     const uint8_t* w = W.data() + (i++ % copies) * bytes;
-    if (panels)
+    if (layout == Q8Layout::kPanels)
       t->gemm_nt_q8p16(M, 0, N, K, A.data(), K, w, C.data(), N);
+    else if (layout == Q8Layout::kChannelPanels)
+      t->gemm_nt_q8cp16(M, 0, N, K, A.data(), K, w, C.data(), N);
     else
       t->gemm_nt_q8(M, 0, N, K, A.data(), K, w, C.data(), N);
     benchmark::DoNotOptimize(C.data());
@@ -182,6 +199,11 @@ void bm_gemm_q8(benchmark::State& state, const KernelTable* t, int64_t M, int64_
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// Each int8 layout's name in the benchmark names.
+constexpr std::pair<Q8Layout, const char*> kQ8Layouts[] = {{Q8Layout::kRows, "gemm_nt_q8"},
+                                                           {Q8Layout::kPanels, "gemm_nt_q8p16"},
+                                                           {Q8Layout::kChannelPanels, "gemm_nt_q8cp16"}};
 
 // Rounding M rows of K activations for the int8 or bf16 dot kernels
 // (PreparedGemm::prepare): ns per value is what each call repeated before
@@ -377,10 +399,9 @@ struct GemmShape {
 
 // The int8 GEMM over enough copies of W that each call reads it from memory.
 void register_q8_stream(const std::string& prefix, const KernelTable* t, const GemmShape& s, int64_t stream) {
-  for (const bool panels : {false, true})
-    benchmark::RegisterBenchmark(
-        (prefix + (panels ? "/gemm_nt_q8p16_stream" : "/gemm_nt_q8_stream") + s.name()).c_str(), bm_gemm_q8, t, s.M,
-        s.N, s.K, (stream / (s.N * s.K * 4) + 1) * 64 / 17, panels);
+  for (const auto& [layout, name] : kQ8Layouts)
+    benchmark::RegisterBenchmark((prefix + "/" + name + "_stream" + s.name()).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
+                                 (stream / (s.N * s.K * 4) + 1) * 64 / 17, layout);
 }
 
 }  // namespace
@@ -427,10 +448,9 @@ int main(int argc, char** argv) {
                                      s.K, copies * 2, true);
         register_q8_stream(prefix, t, s, stream);
       }
-      benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
-                                   int64_t{1}, false);
-      benchmark::RegisterBenchmark((prefix + "/gemm_nt_q8p16_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
-                                   int64_t{1}, true);
+      for (const auto& [layout, name] : kQ8Layouts)
+        benchmark::RegisterBenchmark((prefix + "/" + name + "_hot" + shape).c_str(), bm_gemm_q8, t, s.M, s.N, s.K,
+                                     int64_t{1}, layout);
     }
     // int8 experts of a 128-token prefill get 12-64 rows each: the prefetch
     // level of q8_drive.h's prefill chunks changes with the W row's length.

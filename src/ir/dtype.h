@@ -20,6 +20,14 @@
 // rows (offset by 128), then the panel's f16 scales; the last panel padded
 // with zero weights. The same weights as the kQ8 rows; not per-element sized.
 //
+// kQ8CP16 is the int8 panel layout of a matrix quantized with one scale per
+// output channel (`k3 compile --precision int8-channel --weight-layout
+// panels`, util/q8_panel.h): each panel's 16 K int8 values in kQ8P16's
+// order, then its 16 rows' f32 scales (64 bytes, so every panel starts
+// 64-byte aligned), weight[n, k] = float(q[n, k]) * scale[n]. With one
+// weight scale per output the panel kernel applies it once, after the
+// blocks, instead of once per block. Not per-element sized.
+//
 // kBF16Dot is a bf16 matrix stored exactly as kBF16 (rows of K bf16) whose
 // products take the activations rounded to bf16 too (`k3 compile
 // --precision bf16`; kernels.h, gemm_nt_bf16dot): bf16 x bf16 dot products,
@@ -58,7 +66,8 @@ enum class DType : uint8_t {
   kBF16P16,
   kBF16Dot,
   kBF16DotT16,
-  kQ8P16
+  kQ8P16,
+  kQ8CP16
 };
 
 // Elements per kQ8 scale (a block of one row).
@@ -80,6 +89,8 @@ static_assert(kTileRows == kPanelRows);
 inline constexpr int64_t kQ8MaxCols = 32768;
 // Bytes of one kQ8 block scale (f16, util/quant.h).
 inline constexpr int64_t kQ8ScaleBytes = 2;
+// Bytes of one kQ8CP16 channel scale (f32, util/q8_panel.h).
+inline constexpr int64_t kQ8ChannelScaleBytes = 4;
 // Bytes of one kQ8 row of k elements (k % kQ8Block == 0).
 inline constexpr uint64_t q8_row_bytes(uint64_t k) {
   return k + k / kQ8Block * kQ8ScaleBytes;
@@ -116,6 +127,7 @@ inline uint64_t dtype_size(DType t) {
     case DType::kBF16DotT16:
       return 2;  // per stored element; see dtype_bytes() for the padding
     case DType::kQ8P16:
+    case DType::kQ8CP16:
       return 1;  // the int8 values only; see dtype_bytes()
   }
   return 0;
@@ -153,19 +165,29 @@ inline std::string_view dtype_name(DType t) {
       return "bf16dot_t16";
     case DType::kQ8P16:
       return "q8p16";
+    case DType::kQ8CP16:
+      return "q8cp16";
   }
   return "?";
 }
 
 // Bytes of a tensor of this dtype and shape, or nullopt when the shape is
-// invalid for it (negative dims, overflow, a kQ8 or kQ8P16 tensor whose rows
-// are not whole blocks, a panel or tile tensor that is not a matrix).
+// invalid for it (negative dims, overflow, an int8 tensor whose rows are
+// not whole blocks, a panel or tile tensor that is not a matrix).
 inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> shape) {
-  if (t == DType::kF32P16 || t == DType::kBF16P16 || t == DType::kQ8P16) {
+  if (t == DType::kF32P16 || t == DType::kBF16P16 || t == DType::kQ8P16 || t == DType::kQ8CP16) {
     if (shape.size() != 2 || shape[0] < 0 || shape[0] > INT64_MAX - kPanelRows) return std::nullopt;
     const int64_t padded[2] = {(shape[0] + kPanelRows - 1) / kPanelRows * kPanelRows, shape[1]};
     // int8 panels: whole panels of 16 kQ8 rows (util/q8_panel.h).
     if (t == DType::kQ8P16) return dtype_bytes(DType::kQ8, padded);
+    if (t == DType::kQ8CP16) {  // 16 K int8 values and 16 f32 scales a panel
+      if (shape[1] < 0 || shape[1] % kQ8Block != 0) return std::nullopt;
+      const auto q = checked_numel_bytes(padded, 1);
+      if (!q) return std::nullopt;
+      const auto scales = checked_mul(static_cast<uint64_t>(padded[0]), uint64_t{kQ8ChannelScaleBytes});
+      if (!scales) return std::nullopt;
+      return checked_add(*q, *scales);
+    }
     return checked_numel_bytes(padded, dtype_size(t));
   }
   if (t == DType::kBF16DotT16) {

@@ -178,6 +178,20 @@ struct KernelTable {
                         float* C, int64_t ldc);
   // gemm_nt_q8p16 in two steps (PreparedGemm above; ldw is implied).
   PreparedGemm q8p16_prepared;
+  // gemm_nt_q8p16 with one weight scale per output (ir::DType::kQ8CP16,
+  // util/q8_panel.h, `--precision int8-channel`): the activations rounded
+  // as gemm_nt_q8 rounds them, each block's dot product exact in integers,
+  // the blocks summed in one chain scaled by the activation's block scales
+  // only, and the weight scale applied once:
+  //   C[m, n] = sw[n] * fma(sa[m, B-1], dot[B-1], ... fma(sa[m, 0], dot[0], 0.0f))
+  // in every table, so results are bit-identical across M, [n0, n1) and
+  // ISAs. One multiply a block fewer per 16 outputs than gemm_nt_q8p16
+  // (docs/performance.md, "int8 with one scale per channel"). The AVX-512
+  // VNNI table has the kernel; the others run the scalar one.
+  void (*gemm_nt_q8cp16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                         float* C, int64_t ldc);
+  // gemm_nt_q8cp16 in two steps (PreparedGemm above; ldw is implied).
+  PreparedGemm q8cp16_prepared;
 
   // y[n] = (x - mean) / sqrt(var + eps) * w + b   (biased variance), one row.
   void (*layernorm)(const float* x, const float* w, const float* b, float eps, int64_t n, float* y);

@@ -21,6 +21,14 @@
 //   then, at 16 K + 32 b, the 16 rows' f16 scales of block b.
 // The same values and scales as the kQ8 rows they come from: weight[n, k]
 // = q * scale[n, k / 32] in both.
+//
+// The channel-scale panels (ir::DType::kQ8CP16, `--precision int8-channel`)
+// come from kQ8 rows whose blocks all hold one scale (util/quant.h,
+// quantize_q8_row_channel): the same 16 K bytes of weights, then the 16
+// rows' scales once, widened to f32 (64 bytes), q8c_panel_bytes(K) = 16 K +
+// 64 bytes a panel; the last panel's padding rows have scale 0. The kernel
+// sums each output's blocks scaled by the activations' block scales only
+// and multiplies by the weight scale once at the end.
 #pragma once
 
 #include <cstdint>
@@ -63,17 +71,83 @@ inline float q8_panel_weight(const uint8_t* W, int64_t K, int64_t n, int64_t k) 
   return static_cast<float>(q8_panel_q(W, K, n, k)) * q8_panel_scale(panel, K, n % ir::kPanelRows, k / ir::kQ8Block);
 }
 
-// dst (panel_count(N) * q8_panel_bytes(K) bytes) <- src, N kQ8 rows.
-inline void pack_q8_panels(const uint8_t* src, int64_t N, int64_t K, uint8_t* dst) {
-  const int64_t panels = panel_count(N), pb = q8_panel_bytes(K);
+// Bytes of one channel-scale panel (kQ8CP16) of 16 rows of K weights.
+inline constexpr int64_t q8c_panel_bytes(int64_t K) {
+  return ir::kPanelRows * K + ir::kPanelRows * ir::kQ8ChannelScaleBytes;
+}
+
+// Row c's scale in a channel-scale panel of K columns.
+inline float q8c_panel_scale(const uint8_t* panel, int64_t K, int64_t c) {
+  float s;
+  std::memcpy(&s, panel + ir::kPanelRows * K + c * ir::kQ8ChannelScaleBytes, 4);
+  return s;
+}
+
+// The int8 value of W[n, k] in a channel-scale panel tensor with K columns.
+inline int8_t q8c_panel_q(const uint8_t* W, int64_t K, int64_t n, int64_t k) {
+  const uint8_t* panel = W + n / ir::kPanelRows * q8c_panel_bytes(K);
+  return static_cast<int8_t>(panel[q8_panel_offset(n % ir::kPanelRows, k)] ^ 0x80);
+}
+
+// The f32 weight a channel-scale panel holds: float(q) * scale[n].
+inline float q8c_panel_weight(const uint8_t* W, int64_t K, int64_t n, int64_t k) {
+  const uint8_t* panel = W + n / ir::kPanelRows * q8c_panel_bytes(K);
+  return static_cast<float>(q8c_panel_q(W, K, n, k)) * q8c_panel_scale(panel, K, n % ir::kPanelRows);
+}
+
+// Whether each of the N kQ8 rows (src) holds one scale in all its blocks
+// (bit for bit), as quantize_q8_row_channel writes them: what
+// pack_q8c_panels needs.
+inline bool q8_rows_share_scale(const uint8_t* src, int64_t N, int64_t K) {
   const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
-  for (int64_t p = 0; p < panels; ++p) {
+  for (int64_t n = 0; n < N; ++n) {
+    const uint8_t* scales = src + n * rb + K;
+    for (int64_t b = 1; b < K / ir::kQ8Block; ++b)
+      if (std::memcmp(scales, scales + b * ir::kQ8ScaleBytes, ir::kQ8ScaleBytes) != 0) return false;
+  }
+  return true;
+}
+
+// The int8 values of N kQ8 rows (src) into panels whose rows start pb bytes
+// apart (q8_panel_offset's order, stored q + 128); padding rows hold q 0.
+inline void pack_q8_panel_values(const uint8_t* src, int64_t N, int64_t K, int64_t pb, uint8_t* dst) {
+  const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  for (int64_t p = 0; p < panel_count(N); ++p) {
     uint8_t* panel = dst + p * pb;
-    std::memset(panel, 0x80, static_cast<size_t>(ir::kPanelRows * K));                         // q 0
-    std::memset(panel + ir::kPanelRows * K, 0, static_cast<size_t>(pb - ir::kPanelRows * K));  // scale 0
+    std::memset(panel, 0x80, static_cast<size_t>(ir::kPanelRows * K));  // q 0
     for (int64_t c = 0; c < ir::kPanelRows && p * ir::kPanelRows + c < N; ++c) {
       const uint8_t* row = src + (p * ir::kPanelRows + c) * rb;
       for (int64_t k = 0; k < K; ++k) panel[q8_panel_offset(c, k)] = row[q8_offset(k, K)] ^ 0x80;
+    }
+  }
+}
+
+// dst (panel_count(N) * q8c_panel_bytes(K) bytes) <- src, N kQ8 rows that
+// share a scale each (q8_rows_share_scale; block 0's is the row's).
+inline void pack_q8c_panels(const uint8_t* src, int64_t N, int64_t K, uint8_t* dst) {
+  const int64_t pb = q8c_panel_bytes(K);
+  const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  pack_q8_panel_values(src, N, K, pb, dst);
+  for (int64_t p = 0; p < panel_count(N); ++p) {
+    uint8_t* scales = dst + p * pb + ir::kPanelRows * K;
+    for (int64_t c = 0; c < ir::kPanelRows; ++c) {
+      const int64_t n = p * ir::kPanelRows + c;
+      const float s = n < N ? q8_scale(src + n * rb, K, 0) : 0.0f;
+      std::memcpy(scales + c * ir::kQ8ChannelScaleBytes, &s, 4);
+    }
+  }
+}
+
+// dst (panel_count(N) * q8_panel_bytes(K) bytes) <- src, N kQ8 rows.
+inline void pack_q8_panels(const uint8_t* src, int64_t N, int64_t K, uint8_t* dst) {
+  const int64_t pb = q8_panel_bytes(K);
+  const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  pack_q8_panel_values(src, N, K, pb, dst);
+  for (int64_t p = 0; p < panel_count(N); ++p) {
+    uint8_t* panel = dst + p * pb;
+    std::memset(panel + ir::kPanelRows * K, 0, static_cast<size_t>(pb - ir::kPanelRows * K));  // scale 0
+    for (int64_t c = 0; c < ir::kPanelRows && p * ir::kPanelRows + c < N; ++c) {
+      const uint8_t* row = src + (p * ir::kPanelRows + c) * rb;
       for (int64_t b = 0; b < K / ir::kQ8Block; ++b)
         std::memcpy(panel + ir::kPanelRows * K + (b * ir::kPanelRows + c) * ir::kQ8ScaleBytes,
                     row + K + b * ir::kQ8ScaleBytes, ir::kQ8ScaleBytes);

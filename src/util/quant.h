@@ -46,33 +46,63 @@ inline int64_t q8_offset(int64_t k, int64_t k_dim) {
   return g * 512 + i / 4 * (4 * r) + 4 * l + i % 4;
 }
 
-// src: [K] f32; dst: q8_row_bytes(K) bytes.
+// The f16 scale of weights whose largest magnitude is amax (finite: all of
+// them are): amax / 127 rounded up, so amax / scale <= 127 and no weight is
+// clamped; NaN when a weight is NaN or inf, or beyond kQ8MaxAbs (the scale
+// would overflow to inf and zero every weight: poison them instead; the
+// compiler never gets there, it keeps such matrices f32).
+inline uint16_t q8_scale_for(float amax, bool finite) {
+  // A NaN or inf weight makes the scale NaN (q 0), so the products it feeds
+  // are NaN, as in f32, instead of a clamped finite value.
+  if (!finite || !(amax <= kQ8MaxAbs)) return f32_to_f16(std::numeric_limits<float>::quiet_NaN());
+  uint16_t h = f32_to_f16(amax / 127.0f);
+  if (f16_to_f32(h) < amax / 127.0f) ++h;  // round up: |w| / scale <= 127
+  return h;
+}
+
+// Block b of a kQ8 row of k_dim weights (dst) <- x[0..32) on the f16 scale h.
+inline void quantize_q8_block(const float* x, uint16_t h, int64_t b, int64_t k_dim, uint8_t* dst) {
+  const float scale = f16_to_f32(h);
+  for (int64_t i = 0; i < ir::kQ8Block; ++i) {
+    // scale NaN (poisoned) or 0 (all-zero weights): q 0.
+    const float q = !(scale > 0.0f) ? 0.0f : std::nearbyint(x[i] / scale);
+    const float clamped = std::fmin(127.0f, std::fmax(-127.0f, q));
+    dst[q8_offset(b * ir::kQ8Block + i, k_dim)] = static_cast<uint8_t>(static_cast<int8_t>(clamped));
+  }
+  std::memcpy(dst + k_dim + b * ir::kQ8ScaleBytes, &h, 2);
+}
+
+// Largest magnitude of x[0..n), and whether every value is finite.
+inline float q8_absmax(const float* x, int64_t n, bool& finite) {
+  float amax = 0.0f;
+  finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(x[i]);
+    amax = std::fmax(amax, std::fabs(x[i]));
+  }
+  return amax;
+}
+
+// src: [K] f32; dst: q8_row_bytes(K) bytes, one scale per block of 32.
 inline void quantize_q8_row(const float* src, int64_t k_dim, uint8_t* dst) {
   for (int64_t b = 0; b < k_dim / ir::kQ8Block; ++b) {
-    const float* x = src + b * ir::kQ8Block;
-    float amax = 0.0f;
-    bool finite = true;
-    for (int64_t i = 0; i < ir::kQ8Block; ++i) {
-      finite = finite && std::isfinite(x[i]);
-      amax = std::fmax(amax, std::fabs(x[i]));
-    }
-    // A NaN or inf weight makes the block's scale NaN (q 0), so the products
-    // it feeds are NaN, as in f32, instead of a clamped finite value.
-    uint16_t h = f32_to_f16(finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN());
-    if (finite && f16_to_f32(h) < amax / 127.0f) ++h;  // round up: |w| / scale <= 127
-    // Past kQ8MaxAbs the scale overflows to inf, which would quantize every
-    // weight to 0: poison the block instead (the compiler never gets here,
-    // it keeps such matrices f32).
-    finite = finite && amax <= kQ8MaxAbs;
-    if (!finite) h = f32_to_f16(std::numeric_limits<float>::quiet_NaN());
-    const float scale = f16_to_f32(h);
-    for (int64_t i = 0; i < ir::kQ8Block; ++i) {
-      const float q = scale == 0.0f || !finite ? 0.0f : std::nearbyint(x[i] / scale);
-      const float clamped = std::fmin(127.0f, std::fmax(-127.0f, q));
-      dst[q8_offset(b * ir::kQ8Block + i, k_dim)] = static_cast<uint8_t>(static_cast<int8_t>(clamped));
-    }
-    std::memcpy(dst + k_dim + b * ir::kQ8ScaleBytes, &h, 2);
+    bool finite;
+    const float amax = q8_absmax(src + b * ir::kQ8Block, ir::kQ8Block, finite);
+    quantize_q8_block(src + b * ir::kQ8Block, q8_scale_for(amax, finite), b, k_dim, dst);
   }
+}
+
+// The same row quantized with one scale for the whole row (a per-output-
+// channel scale, `--precision int8-channel`): the row's absmax / 127 rounded
+// up to an f16, written into every block's scale slot, so the row kernels
+// read it as any kQ8 row and the panel packer (util/q8_panel.h,
+// pack_q8c_panels) keeps it once. A NaN or inf weight poisons the whole row,
+// as it makes the row's every output NaN in f32.
+inline void quantize_q8_row_channel(const float* src, int64_t k_dim, uint8_t* dst) {
+  bool finite;
+  const float amax = q8_absmax(src, k_dim, finite);
+  const uint16_t h = q8_scale_for(amax, finite);
+  for (int64_t b = 0; b < k_dim / ir::kQ8Block; ++b) quantize_q8_block(src + b * ir::kQ8Block, h, b, k_dim, dst);
 }
 
 // Block `block`'s scale, widened to f32.

@@ -12,6 +12,7 @@
 //   PreparedGemm (q8, bf16dot) bit-exact vs the same table's one-step kernel, across splits and row ranges
 //   gemm_nt_p16, _bf16p16  bit-exact vs the scalar table (one fma chain per element), across M and splits
 //   gemm_nt_q8p16  bit-exact vs the scalar table (one fma chain over blocks), across M and splits;
+//   gemm_nt_q8cp16 the same, for the channel-scale panels;
 //               like gemm_nt vs the row layout's gemm_nt_q8 on the same weights
 //   gelu, silu  |y - ref| <= 2e-6 * max(1, |ref|)                (erf/exp approximations)
 //   norms       |y - ref| <= 1e-5 * max(1, |ref|)                (float vs double sums, n <= 1000)
@@ -461,6 +462,13 @@ std::vector<uint8_t> quantize(const std::vector<float>& w, int64_t N, int64_t K)
   for (int64_t n = 0; n < N; ++n) quantize_q8_row(w.data() + n * K, K, q.data() + n * rb);
   return q;
 }
+// The same rows with one scale each (`--precision int8-channel`).
+std::vector<uint8_t> quantize_channel(const std::vector<float>& w, int64_t N, int64_t K) {
+  const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  std::vector<uint8_t> q(static_cast<size_t>(N * rb));
+  for (int64_t n = 0; n < N; ++n) quantize_q8_row_channel(w.data() + n * K, K, q.data() + n * rb);
+  return q;
+}
 std::vector<float> dequantize(const std::vector<uint8_t>& q, int64_t N, int64_t K) {
   const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
   std::vector<float> w(static_cast<size_t>(N * K));
@@ -578,6 +586,12 @@ std::vector<uint8_t> q8_panels(const std::vector<uint8_t>& rows, int64_t N, int6
   pack_q8_panels(rows.data(), N, K, p.data());
   return p;
 }
+// Channel-scale panels (kQ8CP16) of rows from quantize_channel.
+std::vector<uint8_t> q8c_panels(const std::vector<uint8_t>& rows, int64_t N, int64_t K) {
+  std::vector<uint8_t> p(static_cast<size_t>(panel_count(N) * q8c_panel_bytes(K)), 0xee);
+  pack_q8c_panels(rows.data(), N, K, p.data());
+  return p;
+}
 
 // The int8 product equals the scalar reference (and so gemm_nt on the
 // dequantized matrix) within the gemm tolerance, and is bit-identical
@@ -659,19 +673,26 @@ TEST_P(KernelTest, GemmQ8NonFiniteActivationGivesNaNRow) {
     A[1 * K + 37] = std::nanf("");
     A[2 * K + 95] = std::numeric_limits<float>::infinity();
     A[3 * K + 0] = -std::numeric_limits<float>::infinity();
-    const auto Q = quantize(random_vec(N * K, rng), N, K);
+    const auto Wf = random_vec(N * K, rng);
+    const auto Q = quantize(Wf, N, K);
     const auto P = q8_panels(Q, N, K);
+    const auto PC = q8c_panels(quantize_channel(Wf, N, K), N, K);
     for (const KernelTable* table : {&t(), &ref()}) {
-      for (const bool panels : {false, true}) {
+      for (const int layout : {0, 1, 2}) {  // rows, panels, channel-scale panels
         std::vector<float> C(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
-        if (panels) {
+        if (layout == 1) {
           table->gemm_nt_q8p16(M, 0, N, K, A.data(), K, P.data(), C.data(), N);
           table->gemm_nt_q8p16(1, 0, N, K, A.data(), K, P.data(), alone.data(), N);
+        } else if (layout == 2) {
+          table->gemm_nt_q8cp16(M, 0, N, K, A.data(), K, PC.data(), C.data(), N);
+          table->gemm_nt_q8cp16(1, 0, N, K, A.data(), K, PC.data(), alone.data(), N);
         } else {
           table->gemm_nt_q8(M, 0, N, K, A.data(), K, Q.data(), C.data(), N);
           table->gemm_nt_q8(1, 0, N, K, A.data(), K, Q.data(), alone.data(), N);
         }
-        const std::string where = std::string(isa_name(table->isa)) + (panels ? " panels" : " rows");
+        const std::string where = std::string(isa_name(table->isa)) + (layout == 1   ? " panels"
+                                                                       : layout == 2 ? " channel panels"
+                                                                                     : " rows");
         for (int64_t n = 0; n < N; ++n) {
           ASSERT_TRUE(std::isfinite(C[static_cast<size_t>(n)])) << where << " n " << n;
           ASSERT_EQ(bits(C[static_cast<size_t>(n)]), bits(alone[static_cast<size_t>(n)])) << where;
@@ -730,13 +751,16 @@ void expect_prepared_matches(const PreparedGemm& pg, int64_t M, int64_t N, int64
         << "K=" << K << " M=" << M << " rows from " << r0;
 }
 
-// Both int8 layouts: rows (q8_prepared) and panels (q8p16_prepared).
+// The int8 layouts: rows (q8_prepared), panels (q8p16_prepared) and
+// channel-scale panels (q8cp16_prepared).
 TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
   std::mt19937 rng(21);
   constexpr int64_t N = 37;
   for (int64_t K : {32, 320, 544, 2048}) {
-    const auto Q = quantize(random_vec(N * K, rng), N, K);
+    const auto Wf = random_vec(N * K, rng);
+    const auto Q = quantize(Wf, N, K);
     const auto P = q8_panels(Q, N, K);
+    const auto PC = q8c_panels(quantize_channel(Wf, N, K), N, K);
     for (int64_t M : {1, 3, 8, 9, 70}) {
       const auto A = random_vec(M * K, rng);
       expect_prepared_matches(
@@ -745,10 +769,14 @@ TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
       expect_prepared_matches(
           t().q8p16_prepared, M, N, K, q8_prepared_row_bytes_bound(K), A, P.data(), 0,
           [&](int64_t m, const float* a, float* c) { t().gemm_nt_q8p16(m, 0, N, K, a, K, P.data(), c, N); });
+      expect_prepared_matches(
+          t().q8cp16_prepared, M, N, K, q8_prepared_row_bytes_bound(K), A, PC.data(), 0,
+          [&](int64_t m, const float* a, float* c) { t().gemm_nt_q8cp16(m, 0, N, K, a, K, PC.data(), c, N); });
     }
   }
   EXPECT_LE(t().q8_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
   EXPECT_LE(t().q8p16_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
+  EXPECT_LE(t().q8cp16_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
 }
 
 // ---- int8 panels (gemm_nt_q8p16, util/q8_panel.h) -------------------------
@@ -801,23 +829,29 @@ TEST_P(KernelTest, GemmQ8PanelsBitExactVsScalarAndNearTheRows) {
       for (int64_t N : {1, 3, 15, 16, 17, 33, 64, 100}) {
         const int64_t lda = K + 3, ldc = N + 1;
         const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng);
-        const auto Q = quantize(random_vec(N * K, rng), N, K);
-        const auto P = q8_panels(Q, N, K);
-        const auto W = dequantize(Q, N, K);
-        std::vector<float> C(strided_size(M, N, ldc), -7.0f), R(C), Rows(C);
-        t().gemm_nt_q8p16(M, 0, N, K, A.data(), lda, P.data(), C.data(), ldc);
-        ref().gemm_nt_q8p16(M, 0, N, K, A.data(), lda, P.data(), R.data(), ldc);
-        ref().gemm_nt_q8(M, 0, N, K, A.data(), lda, Q.data(), Rows.data(), ldc);
-        for (int64_t m = 0; m < M; ++m) {
-          for (int64_t n = 0; n < N; ++n) {
-            const int64_t i = m * ldc + n;
-            ASSERT_EQ(bits(C[i]), bits(R[i])) << "M=" << M << " K=" << K << " N=" << N << " m=" << m << " n=" << n;
-            float mag = 0.0f;
-            for (int64_t k = 0; k < K; ++k) mag += std::fabs(A[m * lda + k] * W[n * K + k]);
-            ASSERT_NEAR(C[i], Rows[i], 1e-5f * std::sqrt(static_cast<float>(K)) * mag) << "M=" << M << " K=" << K;
+        const auto Wf = random_vec(N * K, rng);
+        for (const bool channel : {false, true}) {
+          const auto Q = channel ? quantize_channel(Wf, N, K) : quantize(Wf, N, K);
+          const auto P = channel ? q8c_panels(Q, N, K) : q8_panels(Q, N, K);
+          const auto W = dequantize(Q, N, K);
+          std::vector<float> C(strided_size(M, N, ldc), -7.0f), R(C), Rows(C);
+          const auto gemm = channel ? &KernelTable::gemm_nt_q8cp16 : &KernelTable::gemm_nt_q8p16;
+          (t().*gemm)(M, 0, N, K, A.data(), lda, P.data(), C.data(), ldc);
+          (ref().*gemm)(M, 0, N, K, A.data(), lda, P.data(), R.data(), ldc);
+          ref().gemm_nt_q8(M, 0, N, K, A.data(), lda, Q.data(), Rows.data(), ldc);
+          for (int64_t m = 0; m < M; ++m) {
+            for (int64_t n = 0; n < N; ++n) {
+              const int64_t i = m * ldc + n;
+              ASSERT_EQ(bits(C[i]), bits(R[i]))
+                  << "channel " << channel << " M=" << M << " K=" << K << " N=" << N << " m=" << m << " n=" << n;
+              float mag = 0.0f;
+              for (int64_t k = 0; k < K; ++k) mag += std::fabs(A[m * lda + k] * W[n * K + k]);
+              ASSERT_NEAR(C[i], Rows[i], 1e-5f * std::sqrt(static_cast<float>(K)) * mag)
+                  << "channel " << channel << " M=" << M << " K=" << K;
+            }
+            for (int64_t n = N; n < ldc && m * ldc + n < static_cast<int64_t>(C.size()); ++n)
+              ASSERT_EQ(C[m * ldc + n], -7.0f) << "wrote outside [0, N)";
           }
-          for (int64_t n = N; n < ldc && m * ldc + n < static_cast<int64_t>(C.size()); ++n)
-            ASSERT_EQ(C[m * ldc + n], -7.0f) << "wrote outside [0, N)";
         }
       }
     }
@@ -830,26 +864,100 @@ TEST_P(KernelTest, GemmQ8PanelsBitExactAcrossBatchAndSplits) {
   std::mt19937 rng(33);
   constexpr int64_t N = 75;  // four whole panels and a partial one
   for (int64_t K : {32, 320, 1056}) {
-    const auto P = q8_panels(quantize(random_vec(N * K, rng), N, K), N, K);
-    for (int64_t M : {5, 8, 13}) {
-      const auto A = random_vec(M * K, rng);
-      std::vector<float> whole(static_cast<size_t>(M * N));
-      t().gemm_nt_q8p16(M, 0, N, K, A.data(), K, P.data(), whole.data(), N);
-      std::vector<float> single(static_cast<size_t>(N));
-      for (int64_t m = 0; m < M; ++m) {
-        t().gemm_nt_q8p16(1, 0, N, K, A.data() + m * K, K, P.data(), single.data(), N);
-        for (int64_t n = 0; n < N; ++n)
-          ASSERT_EQ(bits(single[n]), bits(whole[m * N + n])) << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
-      }
-      for (int64_t step : {1, 5, 16, 21, 32}) {
-        std::vector<float> split(static_cast<size_t>(M * N), 0.0f);
-        for (int64_t n0 = 0; n0 < N; n0 += step)
-          t().gemm_nt_q8p16(M, n0, n0 + step < N ? n0 + step : N, K, A.data(), K, P.data(), split.data(), N);
-        for (int64_t i = 0; i < M * N; ++i)
-          ASSERT_EQ(bits(split[i]), bits(whole[i])) << "K=" << K << " M=" << M << " step=" << step;
+    for (const bool channel : {false, true}) {
+      const auto Wf = random_vec(N * K, rng);
+      const auto P = channel ? q8c_panels(quantize_channel(Wf, N, K), N, K) : q8_panels(quantize(Wf, N, K), N, K);
+      const auto gemm = channel ? &KernelTable::gemm_nt_q8cp16 : &KernelTable::gemm_nt_q8p16;
+      for (int64_t M : {5, 8, 13}) {
+        const auto A = random_vec(M * K, rng);
+        std::vector<float> whole(static_cast<size_t>(M * N));
+        (t().*gemm)(M, 0, N, K, A.data(), K, P.data(), whole.data(), N);
+        std::vector<float> single(static_cast<size_t>(N));
+        for (int64_t m = 0; m < M; ++m) {
+          (t().*gemm)(1, 0, N, K, A.data() + m * K, K, P.data(), single.data(), N);
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(bits(single[n]), bits(whole[m * N + n])) << "K=" << K << " M=" << M << " m=" << m << " n=" << n;
+        }
+        for (int64_t step : {1, 5, 16, 21, 32}) {
+          std::vector<float> split(static_cast<size_t>(M * N), 0.0f);
+          for (int64_t n0 = 0; n0 < N; n0 += step)
+            (t().*gemm)(M, n0, n0 + step < N ? n0 + step : N, K, A.data(), K, P.data(), split.data(), N);
+          for (int64_t i = 0; i < M * N; ++i)
+            ASSERT_EQ(bits(split[i]), bits(whole[i]))
+                << "channel " << channel << " K=" << K << " M=" << M << " step=" << step;
+        }
       }
     }
   }
+}
+
+// ---- int8 with one scale per channel (util/quant.h, util/q8_panel.h) -------
+
+// quantize_q8_row_channel: every block of a row holds the row's scale,
+// absmax / 127 rounded up to an f16, so no weight is clamped and each is
+// within half a step of its value; a NaN or inf poisons the whole row, an
+// all-zero row is scale 0.
+TEST(Q8ChannelFormat, OneScalePerRowRoundedUpAndPoisonedWhole) {
+  std::mt19937 rng(34);
+  constexpr int64_t N = 5, K = 96;
+  auto w = random_vec(N * K, rng);
+  w[1 * K + 70] = 3.5f;  // row 1's largest, in its last block
+  for (int64_t k = 0; k < K; ++k) w[2 * K + k] = 0.0f;
+  w[3 * K + 5] = std::nanf("");
+  w[4 * K + 40] = -std::numeric_limits<float>::infinity();
+  const auto Q = quantize_channel(w, N, K);
+  const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  EXPECT_TRUE(q8_rows_share_scale(Q.data(), N, K));
+  EXPECT_FALSE(q8_rows_share_scale(quantize(w, N, K).data(), N, K)) << "block scales differ";
+  for (int64_t n = 0; n < 2; ++n) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < K; ++k) amax = std::fmax(amax, std::fabs(w[n * K + k]));
+    const float s = q8_scale(Q.data() + n * rb, K, 0);
+    EXPECT_GE(s, amax / 127.0f) << "rounded up";
+    EXPECT_LT(s, amax / 127.0f * 1.001f) << "to the next f16";
+    for (int64_t k = 0; k < K; ++k)
+      ASSERT_NEAR(q8_weight(Q.data() + n * rb, K, k), w[n * K + k], 0.5f * s + 1e-7f) << "n " << n << " k " << k;
+  }
+  EXPECT_EQ(q8_weight(Q.data() + 1 * rb, K, 70), 127.0f * q8_scale(Q.data() + 1 * rb, K, 2));
+  EXPECT_EQ(q8_scale(Q.data() + 2 * rb, K, 0), 0.0f);
+  for (int64_t n = 3; n < 5; ++n)
+    for (int64_t b = 0; b < K / 32; ++b) EXPECT_TRUE(std::isnan(q8_scale(Q.data() + n * rb, K, b))) << n;
+}
+
+// pack_q8c_panels keeps the rows' values and their one scale each as f32;
+// padding rows are weight 0, scale 0; the loaders' size check.
+TEST(Q8ChannelFormat, PanelsHoldTheRowsValuesAndScale) {
+  std::mt19937 rng(35);
+  for (int64_t N : {1, 16, 17, 40}) {
+    for (int64_t K : {32, 544}) {
+      const auto Q = quantize_channel(random_vec(N * K, rng), N, K);
+      const auto P = q8c_panels(Q, N, K);
+      const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+      for (int64_t n = 0; n < panel_count(N) * ir::kPanelRows; ++n) {
+        const uint8_t* panel = P.data() + n / ir::kPanelRows * q8c_panel_bytes(K);
+        for (int64_t k = 0; k < K; ++k) {
+          const int8_t want = n < N ? static_cast<int8_t>(Q[static_cast<size_t>(n * rb + q8_offset(k, K))]) : 0;
+          ASSERT_EQ(q8c_panel_q(P.data(), K, n, k), want) << "N=" << N << " K=" << K << " n=" << n << " k=" << k;
+          if (n < N) {
+            ASSERT_EQ(q8c_panel_weight(P.data(), K, n, k), q8_weight(Q.data() + n * rb, K, k));
+          }
+        }
+        const float want = n < N ? q8_scale(Q.data() + n * rb, K, 0) : 0.0f;
+        ASSERT_EQ(bits(q8c_panel_scale(panel, K, n % ir::kPanelRows)), bits(want)) << "n=" << n;
+      }
+    }
+  }
+  EXPECT_EQ(q8c_panel_bytes(512) % 64, 0) << "panels stay 64-byte aligned";
+  const auto bytes = ir::dtype_bytes(ir::DType::kQ8CP16, std::vector<int64_t>{17, 96});
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_EQ(*bytes, static_cast<uint64_t>(panel_count(17) * q8c_panel_bytes(96)));
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kQ8CP16, std::vector<int64_t>{16, 40}).has_value()) << "partial block";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kQ8CP16, std::vector<int64_t>{16, -32}).has_value()) << "negative";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kQ8CP16, std::vector<int64_t>{16}).has_value()) << "not a matrix";
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kQ8CP16, std::vector<int64_t>{INT64_MAX, 32}).has_value()) << "overflow";
+  // 5.5e17 rows of 32: the int8 values fit in 64 bits, the scales do not.
+  EXPECT_FALSE(ir::dtype_bytes(ir::DType::kQ8CP16, std::vector<int64_t>{550000000000000000, 32}).has_value())
+      << "overflow adding the scales";
 }
 
 TEST_P(KernelTest, PreparedBf16DotGemmIsTheUnsplitKernelBitForBit) {

@@ -74,6 +74,7 @@ const char* npy_descr(ir::DType t) {
     case ir::DType::kBF16Dot:
     case ir::DType::kBF16DotT16:
     case ir::DType::kQ8P16:
+    case ir::DType::kQ8CP16:
       return nullptr;
   }
   return nullptr;

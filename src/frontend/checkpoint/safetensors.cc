@@ -42,6 +42,7 @@ const char* dtype_tag(ir::DType t) {
     case ir::DType::kBF16Dot:
     case ir::DType::kBF16DotT16:
     case ir::DType::kQ8P16:
+    case ir::DType::kQ8CP16:
       return "?";
   }
   return "?";

@@ -171,6 +171,38 @@ void gemm_nt_q8p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
   }
 }
 
+// gemm_nt_q8 on the channel-scale panels (kernels.h, gemm_nt_q8cp16;
+// util/q8_panel.h): one fma chain over the blocks with the activation's
+// block scales, then the row's weight scale.
+void gemm_q8cp16_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
+                          int64_t /*ldw: implied*/, float* C, int64_t ldc) {
+  const auto* W = static_cast<const uint8_t*>(Wv);
+  const int64_t rb = q8_prepared_row_bytes(K);
+  for (int64_t m = 0; m < M; ++m) {
+    const auto* qa = reinterpret_cast<const int8_t*>(P + m * rb);
+    const auto* qs = reinterpret_cast<const float*>(P + m * rb + K);
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* panel = W + n / ir::kPanelRows * q8c_panel_bytes(K);
+      float acc = 0.0f;
+      for (int64_t b = 0; b < K / ir::kQ8Block; ++b) {
+        int32_t dot = 0;
+        for (int64_t i = b * ir::kQ8Block; i < (b + 1) * ir::kQ8Block; ++i)
+          dot += static_cast<int32_t>(q8c_panel_q(W, K, n, i)) * qa[i];
+        acc = std::fma(qs[b], static_cast<float>(dot), acc);
+      }
+      C[m * ldc + n] = q8c_panel_scale(panel, K, n % ir::kPanelRows) * acc;
+    }
+  }
+}
+void gemm_nt_q8cp16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                    float* C, int64_t ldc) {
+  alignas(64) uint8_t row[kQ8MaxK + kQ8MaxK / ir::kQ8Block * 4];
+  for (int64_t m = 0; m < M; ++m) {
+    prepare_q8(1, K, A + m * lda, lda, row);
+    gemm_q8cp16_prepared(1, n0, n1, K, row, W, 0, C + m * ldc, ldc);
+  }
+}
+
 // bf16 dot products in two steps: prepared rows are A rounded to bf16, kept
 // as K floats; the product is gemm_nt_bf16 on them (gemm_nt_bf16dot's sums).
 int64_t bf16dot_prepared_row_bytes(int64_t K) {
@@ -309,6 +341,8 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .gemm_nt_q8p16 = gemm_nt_q8p16,
     .q8p16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8p16_prepared},
+    .gemm_nt_q8cp16 = gemm_nt_q8cp16,
+    .q8cp16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8cp16_prepared},
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,
@@ -343,6 +377,14 @@ void prepare_q8p16_scalar(int64_t M, int64_t K, const float* A, int64_t lda, uin
 void gemm_q8p16_prepared_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                 int64_t ldw, float* C, int64_t ldc) {
   gemm_q8p16_prepared(M, n0, n1, K, P, W, ldw, C, ldc);
+}
+void gemm_nt_q8cp16_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                           float* C, int64_t ldc) {
+  gemm_nt_q8cp16(M, n0, n1, K, A, lda, W, C, ldc);
+}
+void gemm_q8cp16_prepared_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                 int64_t ldw, float* C, int64_t ldc) {
+  gemm_q8cp16_prepared(M, n0, n1, K, P, W, ldw, C, ldc);
 }
 
 }  // namespace k3::kernels

@@ -922,6 +922,8 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .gemm_nt_q8p16 = gemm_nt_q8p16_scalar,  // the VNNI table below replaces it
     .q8p16_prepared = {q8p16_row_bytes_scalar, prepare_q8p16_scalar, gemm_q8p16_prepared_scalar},
+    .gemm_nt_q8cp16 = gemm_nt_q8cp16_scalar,  // the VNNI table below replaces it
+    .q8cp16_prepared = {q8p16_row_bytes_scalar, prepare_q8p16_scalar, gemm_q8cp16_prepared_scalar},
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,
@@ -949,6 +951,8 @@ constexpr KernelTable with_features(bool vnni, bool bf16) {
     t.q8_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<P>};
     t.gemm_nt_q8p16 = gemm_nt_q8p16_avx512vnni;
     t.q8p16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p16_prepared_avx512vnni};
+    t.gemm_nt_q8cp16 = gemm_nt_q8cp16_avx512vnni;
+    t.q8cp16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8cp16_prepared_avx512vnni};
   }
   if (bf16) {
     t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16<P>;

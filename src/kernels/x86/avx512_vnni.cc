@@ -371,7 +371,7 @@ inline float load_f32(const uint8_t* p) {
 // there so each broadcast is one load off a row pointer held in a register;
 // with the step read at run time GCC 12 kept 32 precomputed addresses on
 // the stack and loaded one per broadcast).
-template <int MR, int NP, int kStep>
+template <int MR, int NP, int kStep, bool kChannel>
 __attribute__((always_inline)) inline void q8p_block(const uint8_t* const (&a)[MR], const uint8_t* const (&w)[NP],
                                                      int64_t step, const __m512i (&offset)[MR], const __m512 (&sa)[MR],
                                                      const __m512 (&sw)[NP], __m512 (&facc)[MR][NP]) {
@@ -397,13 +397,16 @@ __attribute__((always_inline)) inline void q8p_block(const uint8_t* const (&a)[M
   for (int j = 0; j < NP; ++j)
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-      facc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sw[j], sa[i]), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
+      facc[i][j] = kChannel ? _mm512_fmadd_ps(sa[i], _mm512_cvtepi32_ps(acc[i][j]), facc[i][j])
+                            : _mm512_fmadd_ps(_mm512_mul_ps(sw[j], sa[i]), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
 }
 
 // C[0..MR, 16 * NP columns) = prepared rows qa[0..MR) (qa_stride bytes
 // apart) . (NP panels from W, ps bytes apart)^T; panel j's outputs go to
-// C + j * pcs. Spreads `spread`'s prefetches over its blocks.
-template <int MR, int NP>
+// C + j * pcs. Spreads `spread`'s prefetches over its blocks. kChannel: the
+// channel-scale panels (kQ8CP16), whose blocks take the activation scale
+// only and whose 16 f32 weight scales multiply the sums once at the end.
+template <int MR, int NP, bool kChannel>
 void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t ps, float* C, int64_t ldc,
               int64_t pcs, PanelSpread spread) {
   const int64_t nb = K / 32;
@@ -434,13 +437,22 @@ void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W,
 #pragma GCC unroll 8
       for (int j = 0; j < NP; ++j) {
         w[j] = W + j * ps + b * 512;
-        sw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + j * ps + b * 32)));
+        if constexpr (!kChannel)
+          sw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + j * ps + b * 32)));
       }
       if (r == 16)
-        q8p_block<MR, NP, 64>(a, w, 64, offset, sa, sw, facc);
+        q8p_block<MR, NP, 64, kChannel>(a, w, 64, offset, sa, sw, facc);
       else
-        q8p_block<MR, NP, 0>(a, w, 4 * r, offset, sa, sw, facc);
+        q8p_block<MR, NP, 0, kChannel>(a, w, 4 * r, offset, sa, sw, facc);
       if (spread.lines > 0) panel_spread_step(spread, st, nb);
+    }
+  }
+  if constexpr (kChannel) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j) {
+      const __m512 sc = _mm512_loadu_ps(reinterpret_cast<const float*>(w_scales + j * ps));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) facc[i][j] = _mm512_mul_ps(sc, facc[i][j]);
     }
   }
 #pragma GCC unroll 8
@@ -451,12 +463,19 @@ void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W,
 
 using Q8PTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t, int64_t,
                            PanelSpread);
-// kQ8PTiles[(mr - 1) * kQ8PNp + np - 1] = q8p_tile<mr, np>.
-template <int... I>
+// kQ8PTiles<C>[(mr - 1) * kQ8PNp + np - 1] = q8p_tile<mr, np, C>.
+template <bool kChannel, int... I>
 constexpr auto make_q8p_tiles(std::integer_sequence<int, I...>) {
-  return std::array<Q8PTileFn, sizeof...(I)>{q8p_tile<I / kQ8PNp + 1, I % kQ8PNp + 1>...};
+  return std::array<Q8PTileFn, sizeof...(I)>{q8p_tile<I / kQ8PNp + 1, I % kQ8PNp + 1, kChannel>...};
 }
-constexpr auto kQ8PTiles = make_q8p_tiles(std::make_integer_sequence<int, kQ8PMr * kQ8PNp>{});
+template <bool kChannel>
+constexpr auto kQ8PTiles = make_q8p_tiles<kChannel>(std::make_integer_sequence<int, kQ8PMr * kQ8PNp>{});
+// Bytes of one panel: q8_panel_bytes / q8c_panel_bytes (util/q8_panel.h:
+// baseline code).
+template <bool kChannel>
+constexpr int64_t q8p_panel_bytes(int64_t K) {
+  return kChannel ? 16 * K + 64 : 17 * K;
+}
 
 // C[M, 16 * p0 .. 16 * p1) over whole panels: up to kQ8PRowChunk rows at a
 // time, over groups of kQ8PNp panels, each reused from cache by all the
@@ -467,9 +486,10 @@ constexpr auto kQ8PTiles = make_q8p_tiles(std::make_integer_sequence<int, kQ8PMr
 // time: M32 N1536 K512 287 -> 310, M48 282 -> 319, M32 N512 K1536 302 ->
 // 319; M16 and W in cache unchanged (8 rows at a time: the same within 3%).
 constexpr int64_t kQ8PRowChunk = 16;
+template <bool kChannel>
 void gemm_q8p_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t* qa, int64_t stride, const uint8_t* W,
                     float* C, int64_t ldc) {
-  const int64_t ps = 17 * K;  // q8_panel_bytes (util/q8_panel.h: baseline code)
+  const int64_t ps = q8p_panel_bytes<kChannel>(K);
   for (int64_t m0 = 0; m0 < M; m0 += kQ8PRowChunk) {
     const int64_t mc = min64(kQ8PRowChunk, M - m0), ntiles = (mc + kQ8PMr - 1) / kQ8PMr;
     const uint8_t* a = qa + m0 * stride;
@@ -479,8 +499,8 @@ void gemm_q8p_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t*
       const PanelSpread spread = panel_spread_after(W + (p + np) * ps, nn * ps, ReadNext{}, 0);
       for (int64_t r = 0; r < ntiles; ++r) {
         const RowTile rt = row_tile(mc, r, ntiles, spread);
-        kQ8PTiles[(rt.mr - 1) * kQ8PNp + np - 1](K, a + rt.m * stride, stride, W + p * ps, ps, c + rt.m * ldc + 16 * p,
-                                                 ldc, 16, rt.spread);
+        kQ8PTiles<kChannel>[(rt.mr - 1) * kQ8PNp + np - 1](K, a + rt.m * stride, stride, W + p * ps, ps,
+                                                           c + rt.m * ldc + 16 * p, ldc, 16, rt.spread);
       }
     }
   }
@@ -513,19 +533,35 @@ void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const f
 // a thread's share that cuts a panel computes it whole on the stack
 // (panel_split.h). Independent of the prefetch level: its tiles prefetch
 // into L2 as the f32 panel tiles do.
-void gemm_q8p16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
-                                    int64_t /*ldw: implied*/, float* C, int64_t ldc) {
+template <bool kChannel>
+void gemm_q8p_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
+                                  int64_t /*ldw: implied*/, float* C, int64_t ldc) {
   const auto* W = static_cast<const uint8_t*>(Wv);
-  const int64_t stride = K / 32 * kQ8ActBytes, ps = 17 * K;
+  const int64_t stride = K / 32 * kQ8ActBytes, ps = q8p_panel_bytes<kChannel>(K);
   gemm_panels_split<kQ8PMr>(
-      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_q8p_whole(M, p0, p1, K, P, stride, W, C, ldc); },
+      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_q8p_whole<kChannel>(M, p0, p1, K, P, stride, W, C, ldc); },
       [&](int64_t m, int64_t mr, int64_t p, float* out) {
-        kQ8PTiles[(mr - 1) * kQ8PNp](K, P + m * stride, stride, W + p * ps, ps, out, 16, 16, PanelSpread{});
+        kQ8PTiles<kChannel>[(mr - 1) * kQ8PNp](K, P + m * stride, stride, W + p * ps, ps, out, 16, 16, PanelSpread{});
       });
+}
+void gemm_q8p16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                    int64_t ldw, float* C, int64_t ldc) {
+  gemm_q8p_prepared_avx512vnni<false>(M, n0, n1, K, P, W, ldw, C, ldc);
 }
 void gemm_nt_q8p16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
                               const uint8_t* W, float* C, int64_t ldc) {
   gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p16_prepared_avx512vnni>(
+      M, n0, n1, K, A, lda, W, 0, C, ldc);
+}
+// The channel-scale panels (kernels.h, gemm_nt_q8cp16) on the same prepared
+// rows and tiles, one multiply a block fewer.
+void gemm_q8cp16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                     int64_t ldw, float* C, int64_t ldc) {
+  gemm_q8p_prepared_avx512vnni<true>(M, n0, n1, K, P, W, ldw, C, ldc);
+}
+void gemm_nt_q8cp16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+                               const uint8_t* W, float* C, int64_t ldc) {
+  gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8cp16_prepared_avx512vnni>(
       M, n0, n1, K, A, lda, W, 0, C, ldc);
 }
 template void gemm_q8_prepared_avx512vnni<Prefetch::kL1>(int64_t, int64_t, int64_t, int64_t, const uint8_t*,

@@ -58,6 +58,12 @@ void gemm_nt_q8p16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, cons
                               const uint8_t* W, float* C, int64_t ldc);
 void gemm_q8p16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                     int64_t ldw, float* C, int64_t ldc);
+// The channel-scale int8 panel GEMM (KernelTable::gemm_nt_q8cp16,
+// q8cp16_prepared), on the same prepared rows.
+void gemm_nt_q8cp16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+                               const uint8_t* W, float* C, int64_t ldc);
+void gemm_q8cp16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                     int64_t ldw, float* C, int64_t ldc);
 template <Prefetch Pf>
 void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                  int64_t ldw, float* C, int64_t ldc);
