@@ -49,7 +49,7 @@ from typing import Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 
-DECODE_B1_GOAL = {"fp32": 0.85, "bf16": 0.85, "bf16-f32": 0.85, "bf16-mixed": 0.85, "int8": 0.80}
+DECODE_B1_GOAL = {"fp32": 0.85, "bf16": 0.85, "bf16-f32": 0.85, "bf16-mixed": 0.85, "int8": 0.80, "int8-channel": 0.80}
 BATCH_GOAL = 1.0 / 1.15  # step time within 15% of its bound
 PREFILL_GOAL = 0.50
 NEAR_MAX_NS = 150.0  # a core round trip below this: the two threads share an L3
@@ -215,7 +215,7 @@ def run(cmd: Sequence[str]) -> str:
 def build_arg_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="checkpoint directory (config.json + model.safetensors)")
-    ap.add_argument("--precisions", default="fp32,bf16,int8", help="any of fp32, bf16, bf16-f32, bf16-mixed, int8")
+    ap.add_argument("--precisions", default="fp32,bf16,int8", help="any of fp32, bf16, bf16-f32, bf16-mixed, int8, int8-channel")
     ap.add_argument("--weight-layout", default="rows", choices=["rows", "panels", "tiles"],
                     help="k3 compile --weight-layout for every model (tiles needs bf16 only)")
     ap.add_argument("--prefill-weight-layout", choices=["rows", "panels", "tiles"],
@@ -240,7 +240,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     precisions = [p for p in args.precisions.split(",") if p]
     for p in precisions:
         if p not in DECODE_B1_GOAL:
-            raise SystemExit(f"targets.py: unknown precision '{p}' (fp32, bf16, bf16-f32, bf16-mixed or int8)")
+            raise SystemExit(f"targets.py: unknown precision '{p}' (fp32, bf16, bf16-f32, bf16-mixed, int8 or int8-channel)")
     try:
         batches = sorted({int(b) for b in args.batches.split(",") if b})
     except ValueError:

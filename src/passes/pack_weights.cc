@@ -5,6 +5,7 @@
 //   Linear(x, W: f32|bf16 [N,K])          ->  Linear(x, W: f32p16|bf16p16 [N,K])
 //   Moe(x, gate, experts: f32|bf16 ...)   ->  Moe(x, gate, experts: f32p16|bf16p16 ...)
 //   Linear(x, W: q8 [N,K]), Moe(... q8)   ->  the same with q8p16 (util/q8_panel.h)
+//                                              or, for `--precision int8-channel`, q8cp16
 //
 // The panel kernels (kernels.h, gemm_nt_p16) broadcast one activation
 // against 16 contiguous weights, so every output is a single FMA chain over
@@ -44,6 +45,10 @@
 //   - a MoE is packed only if all its expert matrices are f32, bf16 or q8
 //     weights (its shape rule already makes them one dtype); the gate stays
 //     f32 rows (the routing reads it with gemm_nt);
+//   - q8cp16 (int8-channel) only for q8 matrices whose every row holds one
+//     scale in all its blocks (what int8-channel quantization writes), and
+//     a MoE only if all its expert matrices do; others pack to q8p16 (with
+//     a note), which keeps each block's scale;
 //   - a weight also read by a node this pass does not pack (e.g. a table tied
 //     between embedding and output) is packed into a new value for the
 //     packed readers only, so the other reader still sees rows.
@@ -66,11 +71,20 @@ bool packable(const ir::Value& v, bool tiles) {
   return v.dtype == ir::DType::kF32 || v.dtype == ir::DType::kBF16 || v.dtype == ir::DType::kQ8;
 }
 
-int add_q8_panels(ir::Graph& g, const ir::Value& v) {
+// A q8 matrix whose rows each hold one scale (util/q8_panel.h).
+bool q8_channel_rows(const ir::Value& v) {
+  return v.dtype == ir::DType::kQ8 && q8_rows_share_scale(static_cast<const uint8_t*>(v.data), v.shape[0], v.shape[1]);
+}
+
+int add_q8_panels(ir::Graph& g, const ir::Value& v, bool channel) {
   const int64_t N = v.shape[0], K = v.shape[1];
-  auto data = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(panel_count(N) * q8_panel_bytes(K)));
-  pack_q8_panels(static_cast<const uint8_t*>(v.data), N, K, data->data());
-  const int id = g.add_weight(v.name, ir::DType::kQ8P16, v.shape, data->data());
+  const int64_t pb = channel ? q8c_panel_bytes(K) : q8_panel_bytes(K);
+  auto data = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(panel_count(N) * pb));
+  if (channel)
+    pack_q8c_panels(static_cast<const uint8_t*>(v.data), N, K, data->data());
+  else
+    pack_q8_panels(static_cast<const uint8_t*>(v.data), N, K, data->data());
+  const int id = g.add_weight(v.name, channel ? ir::DType::kQ8CP16 : ir::DType::kQ8P16, v.shape, data->data());
   g.keep_alive.push_back(data);
   return id;
 }
@@ -102,24 +116,43 @@ StatusOr<bool> PackWeights::run(ir::Graph& g) {
   if (layout_ != "panels" && layout_ != "tiles")
     return invalid_argument("weight layout '" + layout_ + "' is not rows, panels or tiles");
   const bool tiles = layout_ == "tiles";
-  std::vector<int> packed(g.values().size(), -1);  // row value id -> packed value id
-  auto pack = [&](int id) -> int {
-    if (packed[static_cast<size_t>(id)] >= 0) return packed[static_cast<size_t>(id)];
+  // Row value id -> packed value id, one table per int8 panel kind: a q8
+  // weight read by a Linear (channel panels) and by a MoE that has to keep
+  // block scales gets one copy for each, so the MoE's matrices keep one
+  // dtype (its shape rule).
+  std::vector<int> packed[2] = {std::vector<int>(g.values().size(), -1), std::vector<int>(g.values().size(), -1)};
+  auto pack = [&](int id, bool channel) -> int {
+    std::vector<int>& cache = packed[channel ? 1 : 0];
+    if (cache[static_cast<size_t>(id)] >= 0) return cache[static_cast<size_t>(id)];
     // Copy: add_weight may grow the value list.
     const ir::Value v = g.value(id);
     const int nid = tiles                        ? add_tiles(g, v)
                     : v.dtype == ir::DType::kF32 ? add_packed<float>(g, v, ir::DType::kF32P16)
-                    : v.dtype == ir::DType::kQ8  ? add_q8_panels(g, v)
+                    : v.dtype == ir::DType::kQ8  ? add_q8_panels(g, v, channel)
                                                  : add_packed<uint16_t>(g, v, ir::DType::kBF16P16);
-    packed.resize(g.values().size(), -1);
-    packed[static_cast<size_t>(id)] = nid;
+    for (std::vector<int>& c : packed) c.resize(g.values().size(), -1);
+    cache[static_cast<size_t>(id)] = nid;
     ++stats_.applied;
     return nid;
+  };
+  // Whether int8-channel q8 matrices pack to channel panels; a note when
+  // they cannot (rows with several scales: another pass's or a file's q8).
+  auto channel_ok = [&](const ir::Node& n, size_t begin, size_t end) {
+    if (tiles || !q8_channel_) return false;
+    bool q8 = false, all = true;
+    for (size_t i = begin; i < end; ++i) {
+      const ir::Value& v = g.value(n.inputs[i]);
+      q8 = q8 || v.dtype == ir::DType::kQ8;
+      all = all && q8_channel_rows(v);
+    }
+    if (q8 && !all)
+      stats_.notes.push_back(n.name + ": int8 rows with more than one scale, packed with block scales (q8p16)");
+    return q8 && all;
   };
   for (ir::Node& n : g.mutable_nodes()) {
     if (n.op == ir::OpKind::kLinear) {
       ++stats_.matched;
-      if (packable(g.value(n.inputs[1]), tiles)) n.inputs[1] = pack(n.inputs[1]);
+      if (packable(g.value(n.inputs[1]), tiles)) n.inputs[1] = pack(n.inputs[1], channel_ok(n, 1, 2));
     } else if (n.op == ir::OpKind::kMoe) {
       ++stats_.matched;
       const size_t end = ir::moe_weights_end(n);
@@ -130,7 +163,8 @@ StatusOr<bool> PackWeights::run(ir::Graph& g) {
                                (tiles ? "bf16dot" : "f32, bf16 or q8") + " weights, left as rows");
         continue;
       }
-      for (size_t i = 2; i < end; ++i) n.inputs[i] = pack(n.inputs[i]);
+      const bool channel = channel_ok(n, 2, end);
+      for (size_t i = 2; i < end; ++i) n.inputs[i] = pack(n.inputs[i], channel);
     }
   }
   if (stats_.applied == 0) return false;

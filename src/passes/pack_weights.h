@@ -10,8 +10,11 @@ namespace k3::passes {
 class PackWeights final : public Pass {
  public:
   // "rows": a no-op (the kernels' default layout); "panels": f32/bf16
-  // matrices into panels; "tiles": bf16dot matrices into AMX tiles.
-  explicit PackWeights(std::string layout = "panels") : layout_(std::move(layout)) {}
+  // matrices into panels, int8 ones into int8 panels (q8_channel: into the
+  // channel-scale panels, as `--precision int8-channel` quantized them);
+  // "tiles": bf16dot matrices into AMX tiles.
+  explicit PackWeights(std::string layout = "panels", bool q8_channel = false)
+      : layout_(std::move(layout)), q8_channel_(q8_channel) {}
   std::string_view name() const override { return "pack-weights"; }
   std::string_view summary() const override {
     return "store f32/bf16 Linear and expert matrices as k-major panels of 16 rows (one FMA chain per output, "
@@ -21,6 +24,7 @@ class PackWeights final : public Pass {
 
  private:
   std::string layout_;
+  bool q8_channel_;
 };
 
 }  // namespace k3::passes

@@ -104,11 +104,14 @@ const std::vector<Entry>& entries() {
       {0, [](const PipelineOptions& o) { return std::make_unique<WeightPrecision>(o.precision); }},
       // pack-weights after weight-precision: it lays out the bytes the
       // precision pass chose (f32 or bf16, or bf16dot for tiles; int8 keeps
-      // its own row format),
+      // its own row format, whose int8-channel rows pack to their own panels),
       // and only for the Linear and Moe nodes that remain. Like the
       // precision, the layout is the user's choice (--weight-layout), so it
       // runs at every level.
-      {0, [](const PipelineOptions& o) { return std::make_unique<PackWeights>(o.weight_layout); }},
+      {0,
+       [](const PipelineOptions& o) {
+         return std::make_unique<PackWeights>(o.weight_layout, o.precision == "int8-channel");
+       }},
       // kv-cache-precision at every level and after lower-to-plan: the cache
       // is the user's choice of format, and its states exist only once the
       // graph is lowered (a checkpoint graph starts lowered). It touches no

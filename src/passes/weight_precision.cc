@@ -30,6 +30,13 @@
 // interleaved across 16-block groups for VNNI. The kernels round activations
 // to int8 per block (kernels.h, gemm_nt_q8) for exact integer dot products:
 // W8A8, llama.cpp's Q8_0 x Q8_0 (docs/precision.md has its quality cost).
+// int8-channel: the same format with one scale per output channel (row):
+// the row's absmax / 127 rounded up to an f16, written into every block's
+// scale slot (util/quant.h, quantize_q8_row_channel), so the row kernels run
+// it unchanged and `--weight-layout panels` stores it once per row
+// (kQ8CP16, util/q8_panel.h), whose kernel skips the per-block weight scale
+// product. Coarser steps for rows whose blocks differ in range
+// (docs/precision.md has the cost).
 //
 // Guards (each has a must-not-convert test in tests/passes/test_weight_precision.cc):
 //   - only weight values (constants) are converted, never activations;
@@ -80,16 +87,18 @@ bool q8_ok(const ir::Value& v) {
 
 Status check_weight_precision(std::string_view precision) {
   if (precision == "fp32" || precision == "bf16" || precision == "bf16-f32" || precision == "bf16-mixed" ||
-      precision == "int8")
+      precision == "int8" || precision == "int8-channel")
     return Status();
   return unimplemented("precision '" + std::string(precision) +
-                       "' is not supported (fp32, bf16, bf16-f32, bf16-mixed, int8)");
+                       "' is not supported (fp32, bf16, bf16-f32, bf16-mixed, int8, int8-channel)");
 }
 
 StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
   K3_RETURN_IF_ERROR(check_weight_precision(precision_));
   if (precision_ == "fp32") return false;
-  const bool int8 = precision_ == "int8", widened = precision_ == "bf16-f32", mixed = precision_ == "bf16-mixed";
+  const bool channel = precision_ == "int8-channel";
+  const bool int8 = precision_ == "int8" || channel, widened = precision_ == "bf16-f32",
+             mixed = precision_ == "bf16-mixed";
   // f32 value id -> converted value id, one table per bf16 target: a weight
   // read by a Linear (kBF16Dot) and by a MoE that has to stay kBF16 gets one
   // copy for each, so the MoE's matrices keep one dtype (its shape rule).
@@ -120,8 +129,13 @@ StatusOr<bool> WeightPrecision::run(ir::Graph& g) {
       const int64_t rows = v.shape[0], cols = v.shape[1];
       const auto row_bytes = ir::q8_row_bytes(static_cast<uint64_t>(cols));
       auto data = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
-      for (int64_t r = 0; r < rows; ++r)
-        quantize_q8_row(src + r * cols, cols, data->data() + static_cast<size_t>(r) * row_bytes);
+      for (int64_t r = 0; r < rows; ++r) {
+        uint8_t* dst = data->data() + static_cast<size_t>(r) * row_bytes;
+        if (channel)
+          quantize_q8_row_channel(src + r * cols, cols, dst);
+        else
+          quantize_q8_row(src + r * cols, cols, dst);
+      }
       nid = g.add_weight(v.name, ir::DType::kQ8, v.shape, data->data());
       g.keep_alive.push_back(data);
     } else {

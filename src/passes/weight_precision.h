@@ -7,7 +7,8 @@
 
 namespace k3::passes {
 
-// OK if the pass takes `precision` (fp32, bf16, bf16-f32, bf16-mixed, int8), else the
+// OK if the pass takes `precision` (fp32, bf16, bf16-f32, bf16-mixed, int8,
+// int8-channel), else the
 // error naming it and the choices: the one check behind --precision.
 Status check_weight_precision(std::string_view precision);
 
@@ -18,7 +19,7 @@ class WeightPrecision final : public Pass {
   std::string_view summary() const override {
     return "store Linear and expert weights in --precision (bf16, bf16-f32, bf16-mixed: half the bytes each decode "
            "step reads; "
-           "int8: about a quarter)";
+           "int8, int8-channel: about a quarter)";
   }
   StatusOr<bool> run(ir::Graph& g) override;
 

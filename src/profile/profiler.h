@@ -116,7 +116,7 @@ class HwCounterSet {
 };
 
 // The arithmetic a node's weights allow: fp32 FMA (f32 weights), bf16 dot
-// products (bf16 weights) or int8 dot products (kQ8 weights).
+// products (bf16 weights) or int8 dot products (kQ8 weights, rows or panels).
 // Ordered from narrowest to widest compute: a node or kind holding several
 // takes the last (std::max).
 enum class ComputePrecision : uint8_t { kF32, kBF16, kInt8 };

@@ -122,6 +122,8 @@ def test_bad_compile_flags(k3, checkpoints, tmp_path, flags, needle):
         # int8: blocks of 32 int8 + an f16 scale, 1.0625 bytes per weight
         # (0.266 of f32); the f32 embedding rows, gates and norms stay.
         ("int8", (0.25, 0.45), (0.26, 0.34)),
+        # int8-channel: the same row format, its one scale in every block slot.
+        ("int8-channel", (0.25, 0.45), (0.26, 0.34)),
     ],
 )
 def test_precision_shrinks_the_weights_read(k3, checkpoints, tmp_path, precision, file_ratio, read_ratio):
@@ -247,16 +249,36 @@ def test_bf16_on_the_amx_table_keeps_its_quality(k3, checkpoints, tmp_path, monk
     assert 0.0 < q["mean_kl"] < 0.01
 
 
-def test_quality_of_int8_against_fp32(k3, checkpoints, tmp_path):
+@pytest.mark.parametrize("precision", ["int8", "int8-channel"])
+def test_quality_of_int8_against_fp32(k3, checkpoints, tmp_path, precision):
     """int8 weights cost more than bf16 but keep the top-1 choice almost
     always; the documented bounds (docs/precision.md) are asserted here on
-    k3-small, 256 teacher-forced positions."""
+    k3-small, 256 teacher-forced positions, for scales per block and per
+    output channel."""
     q8 = tmp_path / "q8.k3m"
-    compile_model(k3, checkpoints["k3-small"], q8, "--precision", "int8")
+    compile_model(k3, checkpoints["k3-small"], q8, "--precision", precision)
     q = _quality(k3, checkpoints["k3-small"], q8, 256)
     assert q["positions"] == 256
     assert q["top1_agreement"] >= 0.9
     assert 0.0 < q["mean_kl"] < 0.02
+
+
+def test_int8_channel_panels_store_each_scale_once(k3, checkpoints, tmp_path):
+    """--precision int8-channel quantizes each matrix row with one scale.
+    Rows keep the int8 row format (the scale in every block slot, the same
+    bytes as int8); --weight-layout panels stores it once per row (q8cp16),
+    so the file shrinks by about a sixteenth of the matrix bytes, and greedy
+    decoding gives the rows' tokens (the sums differ in order and rounding
+    only)."""
+    int8, rows, panels = tmp_path / "int8.k3m", tmp_path / "rows.k3m", tmp_path / "panels.k3m"
+    compile_model(k3, checkpoints["k3-small"], int8, "--precision", "int8")
+    compile_model(k3, checkpoints["k3-small"], rows, "--precision", "int8-channel")
+    compile_model(k3, checkpoints["k3-small"], panels, "--precision", "int8-channel", "--weight-layout", "panels")
+    assert rows.stat().st_size == int8.stat().st_size
+    assert 0.93 < panels.stat().st_size / rows.stat().st_size < 0.99
+    a = k3.generate_ids(rows, [PROMPT], max_new_tokens=STEPS, temperature=0)
+    b = k3.generate_ids(panels, [PROMPT], max_new_tokens=STEPS, temperature=0)
+    assert a == b
 
 
 def test_bf16_kv_cache_costs_less_than_bf16_weights(k3, checkpoints, tmp_path):

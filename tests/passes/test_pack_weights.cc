@@ -224,6 +224,82 @@ TEST(PackWeights, PacksInt8MatricesIntoInt8Panels) {
   EXPECT_EQ(input_of(g, "moe", 1).dtype, DType::kF32) << "the gate stays f32 rows";
 }
 
+// int8-channel matrices (one scale a row) become channel-scale panels: the
+// same values, each row's scale once as f32 (util/q8_panel.h).
+TEST(PackWeights, PacksInt8ChannelMatricesIntoChannelScalePanels) {
+  ir::Graph g;
+  const float* w = weights().data();
+  const int x = g.add_input("x", DType::kF32, {2, 64}, RowDim::kTokens);
+  g.mark_output(node(g, OpKind::kLinear, "q8", {x, g.add_weight("w", DType::kF32, {40, 64}, w)}));
+  add_moe(g, x, 64, 32);
+  ASSERT_TRUE(WeightPrecision("int8-channel").run(g).ok());
+  const ir::Value rows = input_of(g, "q8", 1);
+  ASSERT_EQ(rows.dtype, DType::kQ8);
+  const std::vector<uint8_t> row_bytes(static_cast<const uint8_t*>(rows.data),
+                                       static_cast<const uint8_t*>(rows.data) + rows.bytes());
+  ASSERT_TRUE(q8_rows_share_scale(row_bytes.data(), 40, 64));
+  PackWeights pass("panels", true);
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_TRUE(pass.stats().notes.empty());
+  const ir::Value& v = input_of(g, "q8", 1);
+  EXPECT_EQ(v.dtype, DType::kQ8CP16);
+  std::vector<uint8_t> want(static_cast<size_t>(panel_count(40) * q8c_panel_bytes(64)));
+  pack_q8c_panels(row_bytes.data(), 40, 64, want.data());
+  ASSERT_EQ(v.bytes(), want.size());
+  EXPECT_EQ(std::memcmp(v.data, want.data(), want.size()), 0);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kQ8CP16) << i;
+  // Without the channel flag (`--precision int8`'s packing) the same rows
+  // keep a scale per block.
+  ir::Graph h;
+  const int y = h.add_input("x", DType::kF32, {2, 64}, RowDim::kTokens);
+  h.mark_output(node(h, OpKind::kLinear, "q8", {y, h.add_weight("w", DType::kF32, {40, 64}, w)}));
+  ASSERT_TRUE(WeightPrecision("int8-channel").run(h).ok());
+  ASSERT_TRUE(PackWeights("panels", false).run(h).ok());
+  EXPECT_EQ(input_of(h, "q8", 1).dtype, DType::kQ8P16);
+}
+
+// Guard: rows with a scale per block (`--precision int8`'s quantization)
+// never become channel-scale panels, even when asked: they pack with block
+// scales and the pass notes why; one such expert keeps its whole MoE on
+// block scales (one dtype per MoE).
+TEST(PackWeights, MustNotPackBlockScaledRowsIntoChannelPanels) {
+  ir::Graph g;
+  const float* w = weights().data();
+  const int x = g.add_input("x", DType::kF32, {2, 64}, RowDim::kTokens);
+  g.mark_output(node(g, OpKind::kLinear, "q8", {x, g.add_weight("w", DType::kF32, {40, 64}, w)}));
+  add_moe(g, x, 64, 32);
+  ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
+  PackWeights pass("panels", true);
+  ASSERT_TRUE(pass.run(g).ok());
+  EXPECT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8P16);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kQ8P16) << i;
+  EXPECT_EQ(pass.stats().notes.size(), 2u);
+
+  ir::Graph m;
+  const int y = m.add_input("x", DType::kF32, {2, 64}, RowDim::kTokens);
+  add_moe(m, y, 64, 32);
+  ASSERT_TRUE(WeightPrecision("int8-channel").run(m).ok());
+  // Give expert 0's first row a second scale: that expert no longer takes
+  // channel panels, so none of the MoE's matrices do.
+  int e0_id = -1;
+  for (const ir::Node& n : m.nodes())
+    if (n.name == "moe") e0_id = n.inputs[2];
+  ASSERT_GE(e0_id, 0);
+  ir::Value& e0 = m.values()[static_cast<size_t>(e0_id)];
+  auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(e0.data),
+                                                      static_cast<const uint8_t*>(e0.data) + e0.bytes());
+  (*bytes)[64 + 2] ^= 1;  // block 1's scale of row 0
+  e0.data = bytes->data();
+  m.keep_alive.push_back(bytes);
+  PackWeights moe_pass("panels", true);
+  ASSERT_TRUE(moe_pass.run(m).ok());
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(m, "moe", i).dtype, DType::kQ8P16) << i;
+  EXPECT_EQ(moe_pass.stats().notes.size(), 1u);
+}
+
 TEST(PackWeights, MustNotPackAMoeWhoseExpertsTheKernelsDoNotTake) {
   // Experts made bf16dot (`--precision bf16`) keep their row format, and the
   // pass notes why.
@@ -324,6 +400,10 @@ TEST(PackWeights, PackedBf16ModelMatchesRowsAndReferenceOps) {
 
 TEST(PackWeights, PackedInt8ModelMatchesRowsAndReferenceOps) {
   expect_packed_equals_rows("int8");
+}
+
+TEST(PackWeights, PackedInt8ChannelModelMatchesRowsAndReferenceOps) {
+  expect_packed_equals_rows("int8-channel");
 }
 
 }  // namespace

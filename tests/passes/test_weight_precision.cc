@@ -145,6 +145,32 @@ TEST(WeightPrecision, Int8QuantizesWholeBlockMatricesOnly) {
   EXPECT_FALSE(*again);
 }
 
+// int8-channel: the same matrices as int8 (its guards are int8's), each row
+// quantized with one scale (util/quant.h, quantize_q8_row_channel) in the
+// kQ8 row format.
+TEST(WeightPrecision, Int8ChannelQuantizesEachRowWithOneScale) {
+  ir::Graph g = int8_graph();
+  WeightPrecision pass("int8-channel");
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(dtype_of_input(g, "proj", 1), DType::kQ8);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(dtype_of_input(g, "moe", i), DType::kQ8) << i;
+  EXPECT_EQ(dtype_of_input(g, "widen", 1), DType::kF32) << "K = 8 is not a whole block";
+  EXPECT_EQ(dtype_of_input(g, "moe", 1), DType::kF32) << "the gate stays f32";
+  const ir::Value& v = g.value(g.find_value("e0.up"));
+  ASSERT_EQ(v.bytes(), 32 * ir::q8_row_bytes(32));
+  std::vector<uint8_t> want(ir::q8_row_bytes(32));
+  for (int r = 0; r < 32; ++r) {
+    quantize_q8_row_channel(weights().data() + r * 32, 32, want.data());
+    ASSERT_EQ(std::memcmp(static_cast<const uint8_t*>(v.data) + r * want.size(), want.data(), want.size()), 0) << r;
+  }
+  EXPECT_FALSE(check_weight_precision("int8-channel").message().size() > 0);
+  EXPECT_NE(check_weight_precision("int8-row").message().find("int8-channel"), std::string::npos)
+      << "the error lists the choices";
+}
+
 TEST(WeightPrecision, Int8MustNotSplitAMoeAcrossDtypes) {
   // Experts of width 48: up [48, 32] quantizes, down [32, 48] does not, so
   // the whole MoE stays f32 rather than mixing dtypes.

@@ -227,8 +227,10 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
   EXPECT_EQ(lim.peak_for(ComputePrecision::kInt8), 400);
   EXPECT_DOUBLE_EQ(lim.ridge(ComputePrecision::kInt8), 4 * lim.ridge());
 
-  for (const char* precision : {"int8", "bf16"}) {
+  // int8-channel in panels: the channel-scale panels (q8cp16) are int8 too.
+  for (const char* precision : {"int8", "bf16", "int8-channel"}) {
     SCOPED_TRACE(precision);
+    const bool int8 = std::string(precision).starts_with("int8");
     const ProfileOptions o = prefill_options(32, 1);
     auto cfg = load_config(k3::testing::model_dir("k3-tiny") + "/config.json");
     ASSERT_TRUE(cfg.ok());
@@ -238,6 +240,7 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
     co.prefill_chunk = eo->prefill_chunk;
     co.ctx_len = eo->ctx_len;
     co.precision = precision;
+    co.pipeline.weight_layout = std::string(precision) == "int8-channel" ? "panels" : "rows";
     auto model = compile_checkpoint(k3::testing::model_dir("k3-tiny"), co);
     ASSERT_TRUE(model.ok()) << model.status().message();
     eo->threads = 1;
@@ -246,7 +249,6 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
     auto run = run_profile(**engine, o);
     ASSERT_TRUE(run.ok()) << run.status().message();
     const ProfileReport r = build_report(*run->profiler, lim);
-    const bool int8 = std::string(precision) == "int8";
     const ComputePrecision want = int8 ? ComputePrecision::kInt8 : ComputePrecision::kBF16;
     int judged = 0;
     for (const NodeStats& n : r.nodes) {
@@ -266,7 +268,7 @@ TEST(Profiler, ComputeBoundNodesAreJudgedAgainstTheirPrecisionsPeak) {
     ASSERT_TRUE(r.step_peak_fraction.has_value());
     EXPECT_NEAR(*r.step_peak_fraction, r.total.flops / (r.step_ms_median * 1e6) / (int8 ? 400.0 : 100.0), 1e-12);
     const nlohmann::json j = report_json(r);
-    EXPECT_EQ(j["main_precision"], precision);
+    EXPECT_EQ(j["main_precision"], int8 ? "int8" : precision);
     // Without machine limits (--no-limits) the precisions are still the weights'.
     const ProfileReport unjudged = build_report(*run->profiler, MachineLimits{});
     for (const KindStats& k : unjudged.kinds)

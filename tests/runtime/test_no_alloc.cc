@@ -88,7 +88,7 @@ TEST(NoAllocation, DecodeStepsAndSampling) {
 // bf16 models with a bf16 KV cache.
 TEST(NoAllocation, DecodeStepsAtEveryPrecisionAndLayout) {
   for (const char* preset : {"k3-tiny", "moe-swiglu-small"}) {
-    for (const char* precision : {"fp32", "bf16", "int8"}) {
+    for (const char* precision : {"fp32", "bf16", "int8", "int8-channel"}) {
       for (const char* layout : {"rows", "panels"}) {
         CompileOptions co;
         co.batch = 2;

@@ -184,8 +184,9 @@ Registered add_compile(CLI::App& app) {
                   "Weight precision of Linear and expert matrices: fp32 (default), bf16 (activations rounded to "
                   "bf16 too: bf16 dot products), bf16-f32 (bf16 weights widened against f32 activations: FMA, "
                   "faster prefill where bf16 dot products run at half the FMA rate), bf16-mixed (bf16 weights: Linear "
-                  "products as bf16-f32, expert products as bf16) or int8 (blocks of 32 with an "
-                  "f16 scale, activations rounded to int8 per block); docs/precision.md");
+                  "products as bf16-f32, expert products as bf16), int8 (blocks of 32 with an "
+                  "f16 scale, activations rounded to int8 per block) or int8-channel (int8 with one scale per "
+                  "output channel: faster int8 panels); docs/precision.md");
   sub->add_option(
       "--weight-layout", f->weight_layout,
       "Layout of Linear and expert matrices: rows (default; fastest decode here), panels (f32/bf16 "

@@ -53,7 +53,7 @@ void note_layout_kernels(const runtime::Engine& engine) {
   bool tiles = false, q8_panels = false;
   for (const ir::Value& v : engine.decode_plan().graph().values()) {
     tiles = tiles || v.dtype == ir::DType::kBF16DotT16;
-    q8_panels = q8_panels || v.dtype == ir::DType::kQ8P16;
+    q8_panels = q8_panels || v.dtype == ir::DType::kQ8P16 || v.dtype == ir::DType::kQ8CP16;
   }
   const kernels::KernelTable& kt = engine.kernels();
   const std::string isa(kernels::isa_name(kt.isa));

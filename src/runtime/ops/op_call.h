@@ -71,8 +71,8 @@ void gemm_bf16dot_tiles(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
 // argument stored as f32 or bf16 ([N, K], dense rows; kBF16Dot rounds A to
 // bf16 too), int8 blocks
 // (ir::DType::kQ8), f32 / bf16 panels (ir::DType::kF32P16 / kBF16P16,
-// util/panel.h) or int8 panels (ir::DType::kQ8P16, util/q8_panel.h): the kernel sees the rows from row0 on as a matrix
-// of their own (a Linear's split output; row0 is a multiple of 16, so panels start on a panel). `next`
+// util/panel.h) or int8 panels (ir::DType::kQ8P16 / kQ8CP16, util/q8_panel.h): the kernel sees the rows from row0 on as
+// a matrix of their own (a Linear's split output; row0 is a multiple of 16, so panels start on a panel). `next`
 // (kernels::ReadNext) names the weights the caller multiplies next; the panel kernels prefetch them (next_rows below
 // builds it).
 inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
@@ -106,6 +106,14 @@ inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
         kt->q8p16_prepared.gemm(M, n0, n1, K, x.prepared, wp, 0, C, ldc);
       else
         kt->gemm_nt_q8p16(M, n0, n1, K, A, lda, wp, C, ldc);
+      break;
+    }
+    case ir::DType::kQ8CP16: {  // row0 / 16 whole channel-scale panels
+      const uint8_t* wp = base + r / 16 * static_cast<uint64_t>(q8c_panel_bytes(K));
+      if (x.prepared != nullptr)
+        kt->q8cp16_prepared.gemm(M, n0, n1, K, x.prepared, wp, 0, C, ldc);
+      else
+        kt->gemm_nt_q8cp16(M, n0, n1, K, A, lda, wp, C, ldc);
       break;
     }
     case ir::DType::kBF16P16:  // row0 / 16 whole panels of 16 x K

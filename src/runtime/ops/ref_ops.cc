@@ -85,12 +85,14 @@ WeightF32 weight_f32(const TensorArg& w) {
     out.data = out.owned.data();
     return out;
   }
-  if (w.value->dtype == ir::DType::kQ8P16) {
+  if (w.value->dtype == ir::DType::kQ8P16 || w.value->dtype == ir::DType::kQ8CP16) {
     WeightF32 out{std::vector<float>(static_cast<size_t>(n)), nullptr};
     const auto* base = static_cast<const uint8_t*>(w.data);
+    const bool channel = w.value->dtype == ir::DType::kQ8CP16;
     for (int64_t r = 0; r < w.dim(0); ++r)
       for (int64_t k = 0; k < w.cols(); ++k)
-        out.owned[static_cast<size_t>(r * w.cols() + k)] = q8_panel_weight(base, w.cols(), r, k);
+        out.owned[static_cast<size_t>(r * w.cols() + k)] =
+            channel ? q8c_panel_weight(base, w.cols(), r, k) : q8_panel_weight(base, w.cols(), r, k);
     out.data = out.owned.data();
     return out;
   }
@@ -135,7 +137,7 @@ void linear_weight(const float* x, int64_t rows, int64_t k_dim, const TensorArg&
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
     return linear_rows(xr.data(), rows, k_dim, wf.data, n_dim, y);
   }
-  if (w.value->dtype != ir::DType::kQ8 && w.value->dtype != ir::DType::kQ8P16)
+  if (w.value->dtype != ir::DType::kQ8 && w.value->dtype != ir::DType::kQ8P16 && w.value->dtype != ir::DType::kQ8CP16)
     return linear_rows(x, rows, k_dim, wf.data, n_dim, y);
   std::vector<float> xq(static_cast<size_t>(rows * k_dim));
   std::vector<int8_t> q(static_cast<size_t>(k_dim));
