@@ -129,78 +129,66 @@ void gemm_q8_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_
   }
 }
 // One row at a time through a stack buffer: this table is also the fallback
-// on CPUs without AVX2, where decode must not allocate either.
-void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
-                int64_t ldc) {
+// on CPUs without AVX2, where decode must not allocate either. kGemm: the
+// layout's product on prepared rows.
+using PreparedProduct = void (*)(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                 int64_t ldw, float* C, int64_t ldc);
+template <PreparedProduct kGemm>
+void gemm_nt_q8_rowwise(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                        float* C, int64_t ldc) {
   alignas(64) uint8_t row[kQ8MaxK + kQ8MaxK / ir::kQ8Block * 4];
   for (int64_t m = 0; m < M; ++m) {
     prepare_q8(1, K, A + m * lda, lda, row);
-    gemm_q8_prepared(1, n0, n1, K, row, W, 0, C + m * ldc, ldc);
+    kGemm(1, n0, n1, K, row, W, 0, C + m * ldc, ldc);
   }
 }
+void gemm_nt_q8(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W, float* C,
+                int64_t ldc) {
+  gemm_nt_q8_rowwise<gemm_q8_prepared>(M, n0, n1, K, A, lda, W, C, ldc);
+}
 
-// gemm_nt_q8 on the int8 panel layout (kernels.h, gemm_nt_q8p16; util/q8_panel.h):
-// the prepared rows above, and each output one fma chain over the blocks.
-void gemm_q8p16_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
-                         int64_t /*ldw: implied*/, float* C, int64_t ldc) {
+// gemm_nt_q8 on the int8 panel layouts (kernels.h, gemm_nt_q8p16 and
+// gemm_nt_q8cp16; util/q8_panel.h): the prepared rows above, and each output
+// one fma chain over the blocks, scaled per block by the weight's and the
+// activation's scales (q8p16) or by the activation's alone and then once by
+// the row's weight scale (kChannel: q8cp16).
+template <bool kChannel>
+void gemm_q8_panels_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
+                             int64_t /*ldw: implied*/, float* C, int64_t ldc) {
   const auto* W = static_cast<const uint8_t*>(Wv);
-  const int64_t rb = q8_prepared_row_bytes(K);
+  const int64_t rb = q8_prepared_row_bytes(K), pb = kChannel ? q8c_panel_bytes(K) : q8_panel_bytes(K);
   for (int64_t m = 0; m < M; ++m) {
     const auto* qa = reinterpret_cast<const int8_t*>(P + m * rb);
     const auto* qs = reinterpret_cast<const float*>(P + m * rb + K);
     for (int64_t n = n0; n < n1; ++n) {
-      const uint8_t* panel = W + n / ir::kPanelRows * q8_panel_bytes(K);
+      const uint8_t* panel = W + n / ir::kPanelRows * pb;
       float acc = 0.0f;
       for (int64_t b = 0; b < K / ir::kQ8Block; ++b) {
         int32_t dot = 0;
         for (int64_t i = b * ir::kQ8Block; i < (b + 1) * ir::kQ8Block; ++i)
-          dot += static_cast<int32_t>(q8_panel_q(W, K, n, i)) * qa[i];
-        const float s = q8_panel_scale(panel, K, n % ir::kPanelRows, b) * qs[b];
+          dot += static_cast<int32_t>(kChannel ? q8c_panel_q(W, K, n, i) : q8_panel_q(W, K, n, i)) * qa[i];
+        const float s = kChannel ? qs[b] : q8_panel_scale(panel, K, n % ir::kPanelRows, b) * qs[b];
         acc = std::fma(s, static_cast<float>(dot), acc);
       }
-      C[m * ldc + n] = acc;
+      C[m * ldc + n] = kChannel ? q8c_panel_scale(panel, K, n % ir::kPanelRows) * acc : acc;
     }
   }
+}
+void gemm_q8p16_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
+                         float* C, int64_t ldc) {
+  gemm_q8_panels_prepared<false>(M, n0, n1, K, P, W, ldw, C, ldc);
+}
+void gemm_q8cp16_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
+                          float* C, int64_t ldc) {
+  gemm_q8_panels_prepared<true>(M, n0, n1, K, P, W, ldw, C, ldc);
 }
 void gemm_nt_q8p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                    float* C, int64_t ldc) {
-  alignas(64) uint8_t row[kQ8MaxK + kQ8MaxK / ir::kQ8Block * 4];
-  for (int64_t m = 0; m < M; ++m) {
-    prepare_q8(1, K, A + m * lda, lda, row);
-    gemm_q8p16_prepared(1, n0, n1, K, row, W, 0, C + m * ldc, ldc);
-  }
-}
-
-// gemm_nt_q8 on the channel-scale panels (kernels.h, gemm_nt_q8cp16;
-// util/q8_panel.h): one fma chain over the blocks with the activation's
-// block scales, then the row's weight scale.
-void gemm_q8cp16_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
-                          int64_t /*ldw: implied*/, float* C, int64_t ldc) {
-  const auto* W = static_cast<const uint8_t*>(Wv);
-  const int64_t rb = q8_prepared_row_bytes(K);
-  for (int64_t m = 0; m < M; ++m) {
-    const auto* qa = reinterpret_cast<const int8_t*>(P + m * rb);
-    const auto* qs = reinterpret_cast<const float*>(P + m * rb + K);
-    for (int64_t n = n0; n < n1; ++n) {
-      const uint8_t* panel = W + n / ir::kPanelRows * q8c_panel_bytes(K);
-      float acc = 0.0f;
-      for (int64_t b = 0; b < K / ir::kQ8Block; ++b) {
-        int32_t dot = 0;
-        for (int64_t i = b * ir::kQ8Block; i < (b + 1) * ir::kQ8Block; ++i)
-          dot += static_cast<int32_t>(q8c_panel_q(W, K, n, i)) * qa[i];
-        acc = std::fma(qs[b], static_cast<float>(dot), acc);
-      }
-      C[m * ldc + n] = q8c_panel_scale(panel, K, n % ir::kPanelRows) * acc;
-    }
-  }
+  gemm_nt_q8_rowwise<gemm_q8p16_prepared>(M, n0, n1, K, A, lda, W, C, ldc);
 }
 void gemm_nt_q8cp16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                     float* C, int64_t ldc) {
-  alignas(64) uint8_t row[kQ8MaxK + kQ8MaxK / ir::kQ8Block * 4];
-  for (int64_t m = 0; m < M; ++m) {
-    prepare_q8(1, K, A + m * lda, lda, row);
-    gemm_q8cp16_prepared(1, n0, n1, K, row, W, 0, C + m * ldc, ldc);
-  }
+  gemm_nt_q8_rowwise<gemm_q8cp16_prepared>(M, n0, n1, K, A, lda, W, C, ldc);
 }
 
 // bf16 dot products in two steps: prepared rows are A rounded to bf16, kept

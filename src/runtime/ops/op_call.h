@@ -100,20 +100,14 @@ inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
       else
         kt->gemm_nt_q8(M, n0, n1, K, A, lda, base + r * ir::q8_row_bytes(k), C, ldc);
       break;
-    case ir::DType::kQ8P16: {  // row0 / 16 whole panels (util/q8_panel.h)
-      const uint8_t* wp = base + r / 16 * static_cast<uint64_t>(q8_panel_bytes(K));
+    case ir::DType::kQ8P16:
+    case ir::DType::kQ8CP16: {  // row0 / 16 whole panels (util/q8_panel.h)
+      const bool channel = w.value->dtype == ir::DType::kQ8CP16;
+      const uint8_t* wp = base + r / 16 * static_cast<uint64_t>(channel ? q8c_panel_bytes(K) : q8_panel_bytes(K));
       if (x.prepared != nullptr)
-        kt->q8p16_prepared.gemm(M, n0, n1, K, x.prepared, wp, 0, C, ldc);
+        (channel ? kt->q8cp16_prepared : kt->q8p16_prepared).gemm(M, n0, n1, K, x.prepared, wp, 0, C, ldc);
       else
-        kt->gemm_nt_q8p16(M, n0, n1, K, A, lda, wp, C, ldc);
-      break;
-    }
-    case ir::DType::kQ8CP16: {  // row0 / 16 whole channel-scale panels
-      const uint8_t* wp = base + r / 16 * static_cast<uint64_t>(q8c_panel_bytes(K));
-      if (x.prepared != nullptr)
-        kt->q8cp16_prepared.gemm(M, n0, n1, K, x.prepared, wp, 0, C, ldc);
-      else
-        kt->gemm_nt_q8cp16(M, n0, n1, K, A, lda, wp, C, ldc);
+        (channel ? kt->gemm_nt_q8cp16 : kt->gemm_nt_q8p16)(M, n0, n1, K, A, lda, wp, C, ldc);
       break;
     }
     case ir::DType::kBF16P16:  // row0 / 16 whole panels of 16 x K
