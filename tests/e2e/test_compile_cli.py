@@ -170,15 +170,18 @@ def test_panel_layout_keeps_greedy_tokens(k3, checkpoints, tmp_path, precision):
 
 
 def test_int8_panels_off_vnni_are_noted(k3, checkpoints, tmp_path):
-    """int8 panels have a SIMD kernel on AVX-512 VNNI only: the other tables
-    run the scalar one, far slower than on rows, and k3 says so once; not
+    """int8 panels (block or channel scales) have a SIMD kernel on AVX-512
+    VNNI only: the other tables run the scalar one, far slower than on rows,
+    and k3 says so once; not
     for --isa scalar (asked for), nor for an int8 model in rows."""
-    rows, panels = tmp_path / "rows.k3m", tmp_path / "panels.k3m"
+    rows, panels, channel = tmp_path / "rows.k3m", tmp_path / "panels.k3m", tmp_path / "channel.k3m"
     compile_model(k3, checkpoints["k3-small"], rows, "--precision", "int8")
     compile_model(k3, checkpoints["k3-small"], panels, "--precision", "int8", "--weight-layout", "panels")
+    compile_model(k3, checkpoints["k3-small"], channel, "--precision", "int8-channel", "--weight-layout", "panels")
     note = "k3: note: the int8 matrices are in the panel layout"
-    noted = k3.run(*k3.generate_args(panels, [PROMPT], max_new_tokens=1, isa="avx2"))
-    assert noted.returncode == 0 and noted.stderr.count(note) == 1, noted.stderr
+    for model in (panels, channel):
+        noted = k3.run(*k3.generate_args(model, [PROMPT], max_new_tokens=1, isa="avx2"))
+        assert noted.returncode == 0 and noted.stderr.count(note) == 1, (model.name, noted.stderr)
     for model, isa in ((panels, "scalar"), (rows, "avx2")):
         plain = k3.run(*k3.generate_args(model, [PROMPT], max_new_tokens=1, isa=isa))
         assert plain.returncode == 0 and note not in plain.stderr, (model.name, isa, plain.stderr)

@@ -53,7 +53,7 @@ void add_mmap_flag(CLI::App* sub, bool* mmap);
 // One "k3: note:" line on stderr for each weight layout the engine's kernel
 // table has no fast kernel for: the tile layout (k3 compile --weight-layout
 // tiles) off the amx table, which the others unpack and run slower than on
-// rows; int8 panels (--precision int8 --weight-layout panels) on a table
+// rows; int8 panels (--precision int8|int8-channel --weight-layout panels) on a table
 // other than scalar that runs the scalar kernel for them (no AVX-512 VNNI).
 void note_layout_kernels(const runtime::Engine& engine);
 
