@@ -305,6 +305,50 @@ TEST(K3m, InconsistentMetadataIsNamed) {
              "does not match its tensor");
 }
 
+// int8-channel panels (q8cp16, 16 K + 64 bytes a panel) survive the file
+// bit for bit, and they are checked like every dtype: a tensor whose bytes
+// are one scale short, or that claims the block-scale panels' dtype, is
+// refused with its name.
+TEST(K3m, Int8ChannelPanelsRoundTripAndTheirSizesAreChecked) {
+  TempDir dir;
+  CompileOptions o;
+  o.batch = 1;
+  o.prefill_chunk = 16;
+  o.ctx_len = 64;
+  o.precision = "int8-channel";
+  o.pipeline.weight_layout = "panels";
+  auto m = compile_checkpoint(model_dir("k3-tiny"), o);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const std::string path = dir.file("q8c.k3m");
+  ASSERT_TRUE(write_k3m(*m, path).ok());
+  runtime::EngineOptions eo;
+  eo.threads = 2;
+  auto from_file = runtime::Engine::load(path, eo);
+  ASSERT_TRUE(from_file.ok()) << from_file.status().message();
+  auto in_memory = runtime::Engine::create(std::move(m).value(), eo);
+  ASSERT_TRUE(in_memory.ok()) << in_memory.status().message();
+  const std::vector<float> a = run(**from_file), b = run(**in_memory);
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+
+  const std::string bytes = read_bytes(path);
+  auto err = [&](const std::function<void(json&)>& edit) { return raw_error_of(bytes, edit, dir); };
+  auto first_q8c = [](json& meta) -> json& {
+    for (json& t : meta["tensors"])
+      if (t["dtype"] == "q8cp16") return t;
+    ADD_FAILURE() << "no q8cp16 tensor";
+    return meta["tensors"][0];
+  };
+  EXPECT_HAS(err([&](json& meta) {
+               json& t = first_q8c(meta);
+               t["bytes"] = t["bytes"].get<uint64_t>() - 4;
+             }),
+             "do not match its shape");
+  // At k3-tiny's K = 64 a q8p16 panel takes 17 K = 16 K + 64 bytes too, so
+  // the tensor's size passes and the graph's dtype check refuses it.
+  EXPECT_HAS(err([&](json& meta) { first_q8c(meta)["dtype"] = "q8p16"; }), "does not match its tensor's dtype");
+}
+
 // Random damage to the metadata text, re-signed: parsing and validation
 // must answer (load or error), never crash or hang. Run under ASan in CI.
 TEST(K3m, RandomMetadataDamageNeverCrashes) {
