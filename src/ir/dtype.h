@@ -205,6 +205,12 @@ inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> sha
   return *n + *n / kQ8Block * kQ8ScaleBytes;
 }
 
+// The compiler's int8 weight formats (rows, panels, channel-scale panels):
+// the int8 kernels' products, whose activations are rounded to int8.
+inline bool dtype_is_q8(DType t) {
+  return t == DType::kQ8 || t == DType::kQ8P16 || t == DType::kQ8CP16;
+}
+
 inline bool dtype_is_float(DType t) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kF64;
 }

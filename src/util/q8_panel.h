@@ -58,10 +58,15 @@ inline float q8_panel_scale(const uint8_t* panel, int64_t K, int64_t c, int64_t 
   return f16_to_f32(h);
 }
 
+// The int8 value of row c, column k of a panel (either int8 panel kind:
+// they store the values alike).
+inline int8_t q8_panel_value(const uint8_t* panel, int64_t c, int64_t k) {
+  return static_cast<int8_t>(panel[q8_panel_offset(c, k)] ^ 0x80);
+}
+
 // The int8 value of W[n, k] in a panel tensor with K columns.
 inline int8_t q8_panel_q(const uint8_t* W, int64_t K, int64_t n, int64_t k) {
-  const uint8_t* panel = W + n / ir::kPanelRows * q8_panel_bytes(K);
-  return static_cast<int8_t>(panel[q8_panel_offset(n % ir::kPanelRows, k)] ^ 0x80);
+  return q8_panel_value(W + n / ir::kPanelRows * q8_panel_bytes(K), n % ir::kPanelRows, k);
 }
 
 // The f32 weight the kernels compute with: float(q) * scale (q8_weight's
@@ -85,8 +90,7 @@ inline float q8c_panel_scale(const uint8_t* panel, int64_t K, int64_t c) {
 
 // The int8 value of W[n, k] in a channel-scale panel tensor with K columns.
 inline int8_t q8c_panel_q(const uint8_t* W, int64_t K, int64_t n, int64_t k) {
-  const uint8_t* panel = W + n / ir::kPanelRows * q8c_panel_bytes(K);
-  return static_cast<int8_t>(panel[q8_panel_offset(n % ir::kPanelRows, k)] ^ 0x80);
+  return q8_panel_value(W + n / ir::kPanelRows * q8c_panel_bytes(K), n % ir::kPanelRows, k);
 }
 
 // The f32 weight a channel-scale panel holds: float(q) * scale[n].
@@ -123,7 +127,8 @@ inline void pack_q8_panel_values(const uint8_t* src, int64_t N, int64_t K, int64
 }
 
 // dst (panel_count(N) * q8c_panel_bytes(K) bytes) <- src, N kQ8 rows that
-// share a scale each (q8_rows_share_scale; block 0's is the row's).
+// share a scale each (q8_rows_share_scale; block 0's is the row's, and a
+// row of no blocks, K = 0, has none: scale 0).
 inline void pack_q8c_panels(const uint8_t* src, int64_t N, int64_t K, uint8_t* dst) {
   const int64_t pb = q8c_panel_bytes(K);
   const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
@@ -132,7 +137,7 @@ inline void pack_q8c_panels(const uint8_t* src, int64_t N, int64_t K, uint8_t* d
     uint8_t* scales = dst + p * pb + ir::kPanelRows * K;
     for (int64_t c = 0; c < ir::kPanelRows; ++c) {
       const int64_t n = p * ir::kPanelRows + c;
-      const float s = n < N ? q8_scale(src + n * rb, K, 0) : 0.0f;
+      const float s = n < N && K > 0 ? q8_scale(src + n * rb, K, 0) : 0.0f;
       std::memcpy(scales + c * ir::kQ8ChannelScaleBytes, &s, 4);
     }
   }

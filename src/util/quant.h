@@ -134,12 +134,8 @@ inline void dequantize_q8_row(const uint8_t* src, int64_t k_dim, float* dst) {
 inline void quantize_a8_row(const float* a, int64_t k_dim, int8_t* q, float* scales) {
   for (int64_t b = 0; b < k_dim / ir::kQ8Block; ++b) {
     const float* x = a + b * ir::kQ8Block;
-    float amax = 0.0f;
-    bool finite = true;
-    for (int64_t i = 0; i < ir::kQ8Block; ++i) {
-      finite = finite && std::isfinite(x[i]);
-      amax = std::fmax(amax, std::fabs(x[i]));
-    }
+    bool finite;
+    const float amax = q8_absmax(x, ir::kQ8Block, finite);
     if (!finite) {  // NaN or inf: the block's scale is NaN, so every product it feeds is NaN
       scales[b] = std::numeric_limits<float>::quiet_NaN();
       for (int64_t i = 0; i < ir::kQ8Block; ++i) q[b * ir::kQ8Block + i] = 0;

@@ -948,6 +948,12 @@ TEST(Q8ChannelFormat, PanelsHoldTheRowsValuesAndScale) {
     }
   }
   EXPECT_EQ(q8c_panel_bytes(512) % 64, 0) << "panels stay 64-byte aligned";
+  // Rows of no weights (K = 0) have no scale to read: the panel's scales
+  // are 0 (ASan would catch a read past the empty rows).
+  const std::vector<uint8_t> no_rows;
+  std::vector<uint8_t> empty(static_cast<size_t>(q8c_panel_bytes(0)), 0xee);
+  pack_q8c_panels(no_rows.data(), 3, 0, empty.data());
+  for (int64_t c = 0; c < ir::kPanelRows; ++c) EXPECT_EQ(q8c_panel_scale(empty.data(), 0, c), 0.0f) << c;
   const auto bytes = ir::dtype_bytes(ir::DType::kQ8CP16, std::vector<int64_t>{17, 96});
   ASSERT_TRUE(bytes.has_value());
   EXPECT_EQ(*bytes, static_cast<uint64_t>(panel_count(17) * q8c_panel_bytes(96)));

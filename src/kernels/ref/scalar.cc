@@ -166,29 +166,13 @@ void gemm_q8_panels_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const
       for (int64_t b = 0; b < K / ir::kQ8Block; ++b) {
         int32_t dot = 0;
         for (int64_t i = b * ir::kQ8Block; i < (b + 1) * ir::kQ8Block; ++i)
-          dot += static_cast<int32_t>(kChannel ? q8c_panel_q(W, K, n, i) : q8_panel_q(W, K, n, i)) * qa[i];
+          dot += static_cast<int32_t>(q8_panel_value(panel, n % ir::kPanelRows, i)) * qa[i];
         const float s = kChannel ? qs[b] : q8_panel_scale(panel, K, n % ir::kPanelRows, b) * qs[b];
         acc = std::fma(s, static_cast<float>(dot), acc);
       }
       C[m * ldc + n] = kChannel ? q8c_panel_scale(panel, K, n % ir::kPanelRows) * acc : acc;
     }
   }
-}
-void gemm_q8p16_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
-                         float* C, int64_t ldc) {
-  gemm_q8_panels_prepared<false>(M, n0, n1, K, P, W, ldw, C, ldc);
-}
-void gemm_q8cp16_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
-                          float* C, int64_t ldc) {
-  gemm_q8_panels_prepared<true>(M, n0, n1, K, P, W, ldw, C, ldc);
-}
-void gemm_nt_q8p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
-                   float* C, int64_t ldc) {
-  gemm_nt_q8_rowwise<gemm_q8p16_prepared>(M, n0, n1, K, A, lda, W, C, ldc);
-}
-void gemm_nt_q8cp16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
-                    float* C, int64_t ldc) {
-  gemm_nt_q8_rowwise<gemm_q8cp16_prepared>(M, n0, n1, K, A, lda, W, C, ldc);
 }
 
 // bf16 dot products in two steps: prepared rows are A rounded to bf16, kept
@@ -327,10 +311,10 @@ constexpr KernelTable kTable = {
     .bf16dot_tiles_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_tiles_via_rows<gemm_bf16dot_prepared>},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
-    .gemm_nt_q8p16 = gemm_nt_q8p16,
-    .q8p16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8p16_prepared},
-    .gemm_nt_q8cp16 = gemm_nt_q8cp16,
-    .q8cp16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8cp16_prepared},
+    .gemm_nt_q8p16 = gemm_nt_q8_rowwise<gemm_q8_panels_prepared<false>>,
+    .q8p16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_panels_prepared<false>},
+    .gemm_nt_q8cp16 = gemm_nt_q8_rowwise<gemm_q8_panels_prepared<true>>,
+    .q8cp16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_panels_prepared<true>},
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,
@@ -354,7 +338,7 @@ const KernelTable& scalar_table() {
 
 void gemm_nt_q8p16_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                           float* C, int64_t ldc) {
-  gemm_nt_q8p16(M, n0, n1, K, A, lda, W, C, ldc);
+  gemm_nt_q8_rowwise<gemm_q8_panels_prepared<false>>(M, n0, n1, K, A, lda, W, C, ldc);
 }
 int64_t q8p16_row_bytes_scalar(int64_t K) {
   return q8_prepared_row_bytes(K);
@@ -364,15 +348,15 @@ void prepare_q8p16_scalar(int64_t M, int64_t K, const float* A, int64_t lda, uin
 }
 void gemm_q8p16_prepared_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                 int64_t ldw, float* C, int64_t ldc) {
-  gemm_q8p16_prepared(M, n0, n1, K, P, W, ldw, C, ldc);
+  gemm_q8_panels_prepared<false>(M, n0, n1, K, P, W, ldw, C, ldc);
 }
 void gemm_nt_q8cp16_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                            float* C, int64_t ldc) {
-  gemm_nt_q8cp16(M, n0, n1, K, A, lda, W, C, ldc);
+  gemm_nt_q8_rowwise<gemm_q8_panels_prepared<true>>(M, n0, n1, K, A, lda, W, C, ldc);
 }
 void gemm_q8cp16_prepared_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                  int64_t ldw, float* C, int64_t ldc) {
-  gemm_q8cp16_prepared(M, n0, n1, K, P, W, ldw, C, ldc);
+  gemm_q8_panels_prepared<true>(M, n0, n1, K, P, W, ldw, C, ldc);
 }
 
 }  // namespace k3::kernels

@@ -949,10 +949,10 @@ constexpr KernelTable with_features(bool vnni, bool bf16) {
   if (vnni) {
     t.gemm_nt_q8 = gemm_nt_q8_avx512vnni<P>;
     t.q8_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<P>};
-    t.gemm_nt_q8p16 = gemm_nt_q8p16_avx512vnni;
-    t.q8p16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p16_prepared_avx512vnni};
-    t.gemm_nt_q8cp16 = gemm_nt_q8cp16_avx512vnni;
-    t.q8cp16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8cp16_prepared_avx512vnni};
+    t.gemm_nt_q8p16 = gemm_nt_q8p_avx512vnni<false>;
+    t.q8p16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p_prepared_avx512vnni<false>};
+    t.gemm_nt_q8cp16 = gemm_nt_q8p_avx512vnni<true>;
+    t.q8cp16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p_prepared_avx512vnni<true>};
   }
   if (bf16) {
     t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16<P>;

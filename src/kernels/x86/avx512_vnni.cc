@@ -529,7 +529,8 @@ void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const f
   gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<Pf>>(
       M, n0, n1, K, A, lda, W, 0, C, ldc);
 }
-// The int8 panel GEMM (kernels.h, gemm_nt_q8p16) on the same prepared rows;
+// The int8 panel GEMMs (kernels.h, gemm_nt_q8p16; kChannel: gemm_nt_q8cp16,
+// one multiply a block fewer) on the same prepared rows;
 // a thread's share that cuts a panel computes it whole on the stack
 // (panel_split.h). Independent of the prefetch level: its tiles prefetch
 // into L2 as the f32 panel tiles do.
@@ -544,26 +545,21 @@ void gemm_q8p_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, 
         kQ8PTiles<kChannel>[(mr - 1) * kQ8PNp](K, P + m * stride, stride, W + p * ps, ps, out, 16, 16, PanelSpread{});
       });
 }
-void gemm_q8p16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
-                                    int64_t ldw, float* C, int64_t ldc) {
-  gemm_q8p_prepared_avx512vnni<false>(M, n0, n1, K, P, W, ldw, C, ldc);
-}
-void gemm_nt_q8p16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-                              const uint8_t* W, float* C, int64_t ldc) {
-  gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p16_prepared_avx512vnni>(
+// The whole GEMM on rows of A, rounded a chunk at a time (prepared_chunks.h).
+template <bool kChannel>
+void gemm_nt_q8p_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                            float* C, int64_t ldc) {
+  gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p_prepared_avx512vnni<kChannel>>(
       M, n0, n1, K, A, lda, W, 0, C, ldc);
 }
-// The channel-scale panels (kernels.h, gemm_nt_q8cp16) on the same prepared
-// rows and tiles, one multiply a block fewer.
-void gemm_q8cp16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
-                                     int64_t ldw, float* C, int64_t ldc) {
-  gemm_q8p_prepared_avx512vnni<true>(M, n0, n1, K, P, W, ldw, C, ldc);
-}
-void gemm_nt_q8cp16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-                               const uint8_t* W, float* C, int64_t ldc) {
-  gemm_prepared_chunks<q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8cp16_prepared_avx512vnni>(
-      M, n0, n1, K, A, lda, W, 0, C, ldc);
-}
+template void gemm_q8p_prepared_avx512vnni<false>(int64_t, int64_t, int64_t, int64_t, const uint8_t*, const void*,
+                                                  int64_t, float*, int64_t);
+template void gemm_q8p_prepared_avx512vnni<true>(int64_t, int64_t, int64_t, int64_t, const uint8_t*, const void*,
+                                                 int64_t, float*, int64_t);
+template void gemm_nt_q8p_avx512vnni<false>(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const uint8_t*,
+                                            float*, int64_t);
+template void gemm_nt_q8p_avx512vnni<true>(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const uint8_t*,
+                                           float*, int64_t);
 template void gemm_q8_prepared_avx512vnni<Prefetch::kL1>(int64_t, int64_t, int64_t, int64_t, const uint8_t*,
                                                          const void*, int64_t, float*, int64_t);
 template void gemm_q8_prepared_avx512vnni<Prefetch::kL2>(int64_t, int64_t, int64_t, int64_t, const uint8_t*,

@@ -52,18 +52,15 @@ void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const f
                            float* C, int64_t ldc);
 int64_t q8_row_bytes_avx512vnni(int64_t K);
 void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
-// The int8 panel GEMM (KernelTable::gemm_nt_q8p16, q8p16_prepared: the
-// same row_bytes and prepare as q8_prepared).
-void gemm_nt_q8p16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-                              const uint8_t* W, float* C, int64_t ldc);
-void gemm_q8p16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
-                                    int64_t ldw, float* C, int64_t ldc);
-// The channel-scale int8 panel GEMM (KernelTable::gemm_nt_q8cp16,
-// q8cp16_prepared), on the same prepared rows.
-void gemm_nt_q8cp16_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
-                               const uint8_t* W, float* C, int64_t ldc);
-void gemm_q8cp16_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
-                                     int64_t ldw, float* C, int64_t ldc);
+// The int8 panel GEMMs (KernelTable::gemm_nt_q8p16 and q8p16_prepared;
+// kChannel: gemm_nt_q8cp16 and q8cp16_prepared), on the same row_bytes and
+// prepare as q8_prepared.
+template <bool kChannel>
+void gemm_nt_q8p_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                            float* C, int64_t ldc);
+template <bool kChannel>
+void gemm_q8p_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                  int64_t ldw, float* C, int64_t ldc);
 template <Prefetch Pf>
 void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                  int64_t ldw, float* C, int64_t ldc);

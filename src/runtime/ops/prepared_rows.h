@@ -28,8 +28,7 @@ inline const kernels::PreparedGemm* prepared_gemm(const kernels::KernelTable* kt
 // dt, enough for any table; 0 for the dtypes that need none.
 inline uint64_t prepared_bytes_bound(ir::DType dt, int64_t rows, int64_t K) {
   int64_t per_row = 0;
-  if (dt == ir::DType::kQ8 || dt == ir::DType::kQ8P16 || dt == ir::DType::kQ8CP16)
-    per_row = kernels::q8_prepared_row_bytes_bound(K);
+  if (ir::dtype_is_q8(dt)) per_row = kernels::q8_prepared_row_bytes_bound(K);
   if (dt == ir::DType::kBF16Dot || dt == ir::DType::kBF16DotT16) per_row = kernels::bf16dot_prepared_row_bytes_bound(K);
   return align_up(static_cast<uint64_t>(rows) * static_cast<uint64_t>(per_row), 64);
 }

@@ -137,8 +137,7 @@ void linear_weight(const float* x, int64_t rows, int64_t k_dim, const TensorArg&
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
     return linear_rows(xr.data(), rows, k_dim, wf.data, n_dim, y);
   }
-  if (w.value->dtype != ir::DType::kQ8 && w.value->dtype != ir::DType::kQ8P16 && w.value->dtype != ir::DType::kQ8CP16)
-    return linear_rows(x, rows, k_dim, wf.data, n_dim, y);
+  if (!ir::dtype_is_q8(w.value->dtype)) return linear_rows(x, rows, k_dim, wf.data, n_dim, y);
   std::vector<float> xq(static_cast<size_t>(rows * k_dim));
   std::vector<int8_t> q(static_cast<size_t>(k_dim));
   std::vector<float> scales(static_cast<size_t>(k_dim / ir::kQ8Block));
