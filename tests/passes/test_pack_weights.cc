@@ -185,6 +185,23 @@ void add_moe(ir::Graph& g, int x, int64_t d, int64_t f) {
   g.mark_output(node(g, OpKind::kMoe, "moe", moe_in, {{"n_experts", int64_t{2}}, {"top_k", int64_t{1}}}));
 }
 
+// x [2, K] -> Linear "q8" (w [40, K]: two panels, the second padded) and a
+// MoE "moe" (add_moe, experts of width f), with precision's weights.
+ir::Graph linear_and_moe(int64_t K, int64_t f, const std::string& precision) {
+  ir::Graph g;
+  const int x = g.add_input("x", DType::kF32, {2, K}, RowDim::kTokens);
+  g.mark_output(node(g, OpKind::kLinear, "q8", {x, g.add_weight("w", DType::kF32, {40, K}, weights().data())}));
+  add_moe(g, x, K, f);
+  EXPECT_TRUE(WeightPrecision(precision).run(g).ok());
+  return g;
+}
+
+// A copy of a weight's bytes (the pass replaces the value they belong to).
+std::vector<uint8_t> bytes_of(const ir::Value& v) {
+  const auto* p = static_cast<const uint8_t*>(v.data);
+  return std::vector<uint8_t>(p, p + v.bytes());
+}
+
 TEST(PackWeights, MustNotPackActivations) {
   ir::Graph g;
   const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
@@ -199,16 +216,9 @@ TEST(PackWeights, MustNotPackActivations) {
 // int8 matrices (`--precision int8`) become int8 panels (util/q8_panel.h):
 // the same values and scales as the rows, in panels of 16 rows.
 TEST(PackWeights, PacksInt8MatricesIntoInt8Panels) {
-  ir::Graph g;
-  const float* w = weights().data();
-  const int x = g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens);
-  g.mark_output(node(g, OpKind::kLinear, "q8", {x, g.add_weight("w", DType::kF32, {40, 32}, w)}));
-  add_moe(g, x, 32, 64);
-  ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
+  ir::Graph g = linear_and_moe(32, 64, "int8");
   ASSERT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8);
-  const ir::Value rows = input_of(g, "q8", 1);
-  const std::vector<uint8_t> row_bytes(static_cast<const uint8_t*>(rows.data),
-                                       static_cast<const uint8_t*>(rows.data) + rows.bytes());
+  const std::vector<uint8_t> row_bytes = bytes_of(input_of(g, "q8", 1));
   auto changed = PackWeights().run(g);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
   EXPECT_TRUE(*changed);
@@ -227,16 +237,9 @@ TEST(PackWeights, PacksInt8MatricesIntoInt8Panels) {
 // int8-channel matrices (one scale a row) become channel-scale panels: the
 // same values, each row's scale once as f32 (util/q8_panel.h).
 TEST(PackWeights, PacksInt8ChannelMatricesIntoChannelScalePanels) {
-  ir::Graph g;
-  const float* w = weights().data();
-  const int x = g.add_input("x", DType::kF32, {2, 64}, RowDim::kTokens);
-  g.mark_output(node(g, OpKind::kLinear, "q8", {x, g.add_weight("w", DType::kF32, {40, 64}, w)}));
-  add_moe(g, x, 64, 32);
-  ASSERT_TRUE(WeightPrecision("int8-channel").run(g).ok());
-  const ir::Value rows = input_of(g, "q8", 1);
-  ASSERT_EQ(rows.dtype, DType::kQ8);
-  const std::vector<uint8_t> row_bytes(static_cast<const uint8_t*>(rows.data),
-                                       static_cast<const uint8_t*>(rows.data) + rows.bytes());
+  ir::Graph g = linear_and_moe(64, 32, "int8-channel");
+  ASSERT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8);
+  const std::vector<uint8_t> row_bytes = bytes_of(input_of(g, "q8", 1));
   ASSERT_TRUE(q8_rows_share_scale(row_bytes.data(), 40, 64));
   PackWeights pass("panels", true);
   auto changed = pass.run(g);
@@ -253,10 +256,7 @@ TEST(PackWeights, PacksInt8ChannelMatricesIntoChannelScalePanels) {
   for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kQ8CP16) << i;
   // Without the channel flag (`--precision int8`'s packing) the same rows
   // keep a scale per block.
-  ir::Graph h;
-  const int y = h.add_input("x", DType::kF32, {2, 64}, RowDim::kTokens);
-  h.mark_output(node(h, OpKind::kLinear, "q8", {y, h.add_weight("w", DType::kF32, {40, 64}, w)}));
-  ASSERT_TRUE(WeightPrecision("int8-channel").run(h).ok());
+  ir::Graph h = linear_and_moe(64, 32, "int8-channel");
   ASSERT_TRUE(PackWeights("panels", false).run(h).ok());
   EXPECT_EQ(input_of(h, "q8", 1).dtype, DType::kQ8P16);
 }
@@ -266,22 +266,14 @@ TEST(PackWeights, PacksInt8ChannelMatricesIntoChannelScalePanels) {
 // scales and the pass notes why; one such expert keeps its whole MoE on
 // block scales (one dtype per MoE).
 TEST(PackWeights, MustNotPackBlockScaledRowsIntoChannelPanels) {
-  ir::Graph g;
-  const float* w = weights().data();
-  const int x = g.add_input("x", DType::kF32, {2, 64}, RowDim::kTokens);
-  g.mark_output(node(g, OpKind::kLinear, "q8", {x, g.add_weight("w", DType::kF32, {40, 64}, w)}));
-  add_moe(g, x, 64, 32);
-  ASSERT_TRUE(WeightPrecision("int8").run(g).ok());
+  ir::Graph g = linear_and_moe(64, 32, "int8");
   PackWeights pass("panels", true);
   ASSERT_TRUE(pass.run(g).ok());
   EXPECT_EQ(input_of(g, "q8", 1).dtype, DType::kQ8P16);
   for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kQ8P16) << i;
   EXPECT_EQ(pass.stats().notes.size(), 2u);
 
-  ir::Graph m;
-  const int y = m.add_input("x", DType::kF32, {2, 64}, RowDim::kTokens);
-  add_moe(m, y, 64, 32);
-  ASSERT_TRUE(WeightPrecision("int8-channel").run(m).ok());
+  ir::Graph m = linear_and_moe(64, 32, "int8-channel");
   // Give expert 0's first row a second scale: that expert no longer takes
   // channel panels, so none of the MoE's matrices do.
   int e0_id = -1;
@@ -289,8 +281,7 @@ TEST(PackWeights, MustNotPackBlockScaledRowsIntoChannelPanels) {
     if (n.name == "moe") e0_id = n.inputs[2];
   ASSERT_GE(e0_id, 0);
   ir::Value& e0 = m.values()[static_cast<size_t>(e0_id)];
-  auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(e0.data),
-                                                      static_cast<const uint8_t*>(e0.data) + e0.bytes());
+  auto bytes = std::make_shared<std::vector<uint8_t>>(bytes_of(e0));
   (*bytes)[64 + 2] ^= 1;  // block 1's scale of row 0
   e0.data = bytes->data();
   m.keep_alive.push_back(bytes);
