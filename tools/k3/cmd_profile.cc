@@ -106,11 +106,13 @@ int run_profile(const ProfileFlags& f) {
   }
   // Prefill is compute-bound: its peaks are re-measured too (sysinfo.h,
   // PeakProbe), with threads made here for the same reason. The probe is
-  // made with --no-limits as well, for the core round trip alone (20000
-  // trips of 60-400 ns, before and after: 2-16 ms): A/B runs skip the
-  // limits but still need to know where the threads sat.
+  // made in every phase and with --no-limits as well, for the core round
+  // trip (20000 trips of 60-400 ns, before and after: 2-16 ms): A/B runs
+  // skip the limits but still need to know where the threads sat, and
+  // batched decode's fraction of the read limit depends on it as much as
+  // prefill's step does (docs/performance.md, "The far placement").
   std::unique_ptr<profile::PeakProbe> peak_probe;
-  if (f.phase == "prefill") {
+  {
     auto p = profile::PeakProbe::create(engine_threads(f.threads, f.cpus));
     if (p.ok()) peak_probe = std::move(p).value();
   }
@@ -132,8 +134,8 @@ int run_profile(const ProfileFlags& f) {
     lim = machine_limits(e.threads(), f.refresh_sysinfo, e.kernels().isa == kernels::Isa::kAmx);
 
   // Where the threads sit (sysinfo.h, measure_round_trip_ns): before and
-  // after the steps, for prefill (whose threads hand activations to each
-  // other); a host may move its vCPUs in between.
+  // after the steps (every op hands activations between the threads); a
+  // host may move its vCPUs in between.
   double round_trip_before = 0, round_trip_after = 0;
   if (peak_probe != nullptr) round_trip_before = peak_probe->round_trip_ns();
   auto run = profile::run_profile(e, po);
@@ -144,7 +146,7 @@ int run_profile(const ProfileFlags& f) {
     lim.read_gb_per_s = probe->measure();
     lim.source += "; read bandwidth re-measured after the profiled steps";
   }
-  if (peak_probe != nullptr && peak_probe->threads() == e.threads() && lim.peak_gflops > 0) {
+  if (f.phase == "prefill" && peak_probe != nullptr && peak_probe->threads() == e.threads() && lim.peak_gflops > 0) {
     auto now = peak_probe->measure();
     if (now.ok() && now->fp32_gflops > 0) {
       lim.peak_gflops = now->fp32_gflops;
@@ -194,8 +196,8 @@ int run_profile(const ProfileFlags& f) {
   if (round_trip_before > 0)
     std::printf(
         "core round trip %.0f ns before the steps, %.0f after (on one host "
-        "50-65 with the cores sharing an L3, 300-400 without, where two-thread prefill ran ~40%% longer; "
-        "docs/performance.md)\n",
+        "50-65 with the cores sharing an L3, 300-400 without, where each handoff between the threads costs "
+        "more; docs/performance.md)\n",
         round_trip_before, round_trip_after);
   std::printf("%s\n", profile::format_report(rep, f.top).c_str());
   std::printf("%s", profile::format_counters(run->counters).c_str());
