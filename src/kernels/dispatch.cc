@@ -97,8 +97,10 @@ KernelTable make_amx_table(Prefetch prefetch) {
   KernelTable t = avx512_table(__builtin_cpu_supports("avx512vnni"), true, prefetch);
   t.isa = Isa::kAmx;
   t.gemm_nt_bf16dot = gemm_nt_bf16dot_amx;
-  t.bf16dot_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_amx};
-  t.bf16dot_tiles_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_tiles_amx};
+  t.bf16dot_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_amx,
+                        prepare_bf16dot_cols_avx512bf16, kBf16DotPrepareColGroup};
+  t.bf16dot_tiles_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_tiles_amx,
+                              prepare_bf16dot_cols_avx512bf16, kBf16DotPrepareColGroup};
   return t;
 }
 

@@ -55,13 +55,23 @@ bool parse_isa(std::string_view name, Isa* isa);
 //            thread);
 //   gemm:    C[M, n0..n1) from the prepared rows and W (ldw elements per row
 //            of W; the int8 format implies its own), the same results, bit
-//            for bit, as the unsplit kernel.
+//            for bit, as the unsplit kernel;
+//   prepare_cols (optional: null in layouts that do not offer it): columns
+//            [k0, k1) of the M rows only, the bytes prepare writes for
+//            them and no others, k0 a multiple of col_group and k1 one too
+//            or K. Threads that computed different columns of the rows (a
+//            MoE's hidden rows at decode) round their own, so no core reads
+//            the other's f32 values to round them (docs/performance.md,
+//            "What the far placement costs a step").
 // row_bytes(K) <= prepared_row_bytes_bound(K) of the kernel's kind.
 struct PreparedGemm {
+  using PrepareCols = void (*)(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P);
   int64_t (*row_bytes)(int64_t K);
   void (*prepare)(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
   void (*gemm)(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw, float* C,
                int64_t ldc);
+  PrepareCols prepare_cols = nullptr;
+  int64_t col_group = 0;  // prepare_cols' column granularity
 };
 // Bounds on PreparedGemm::row_bytes over every table, for callers that size
 // buffers before they know the table: int8 rows take at most 68 bytes per

@@ -779,6 +779,48 @@ TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
   EXPECT_LE(t().q8cp16_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
 }
 
+// prepare_cols, where a layout offers it, writes the bytes prepare writes for
+// its columns: rows rounded in column pieces, in either order, are the rows
+// rounded whole (a NaN block included). Every byte is compared over two
+// fillings of the buffers, so a byte neither call writes, or one only the
+// whole call writes, cannot match by chance. The scalar table offers it, so
+// the MoE's path that rounds hidden rows per thread runs on every machine.
+TEST_P(KernelTest, PreparedColumnPiecesAreTheWholeRowsBytes) {
+  std::mt19937 rng(23);
+  const PreparedGemm* kinds[] = {&t().q8_prepared, &t().q8p16_prepared, &t().q8cp16_prepared, &t().bf16dot_prepared,
+                                 &t().bf16dot_tiles_prepared};
+  if (GetParam().isa == Isa::kScalar) {
+    for (const PreparedGemm* pg : kinds) ASSERT_NE(pg->prepare_cols, nullptr);
+  }
+  for (const PreparedGemm* pg : kinds) {
+    if (pg->prepare_cols == nullptr) continue;
+    ASSERT_GT(pg->col_group, 0);
+    for (int64_t K : {32, 320, 544, 1024, 1536, 2048}) {
+      for (int64_t M : {1, 3}) {
+        auto A = random_vec(M * K, rng);
+        A[static_cast<size_t>(K - 1)] = std::numeric_limits<float>::quiet_NaN();  // row 0's last block
+        const auto rb = static_cast<size_t>(pg->row_bytes(K));
+        for (int64_t step : {pg->col_group, 2 * pg->col_group, K}) {
+          for (bool reverse : {false, true}) {
+            for (uint8_t fill : {uint8_t{0x00}, uint8_t{0xff}}) {
+              AlignedBytes whole(static_cast<size_t>(M) * rb), pieces(static_cast<size_t>(M) * rb);
+              std::memset(whole.data(), fill, static_cast<size_t>(M) * rb);
+              std::memset(pieces.data(), fill, static_cast<size_t>(M) * rb);
+              pg->prepare(M, K, A.data(), K, whole.data());
+              std::vector<std::pair<int64_t, int64_t>> ranges;
+              for (int64_t k0 = 0; k0 < K; k0 += step) ranges.emplace_back(k0, std::min(K, k0 + step));
+              if (reverse) std::reverse(ranges.begin(), ranges.end());
+              for (auto [k0, k1] : ranges) pg->prepare_cols(M, K, k0, k1, A.data(), K, pieces.data());
+              ASSERT_EQ(std::memcmp(whole.data(), pieces.data(), static_cast<size_t>(M) * rb), 0)
+                  << "K=" << K << " M=" << M << " step=" << step << " reverse=" << reverse;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- int8 panels (gemm_nt_q8p16, util/q8_panel.h) -------------------------
 
 TEST(Q8PanelFormat, PanelsHoldTheRowsValuesAndScalesAndPadWithZeroWeights) {

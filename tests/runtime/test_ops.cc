@@ -2,6 +2,8 @@
 // reference on random inputs, with fewer rows than the plan's maximum. The
 // TEST list is expanded from the op table, so an op without a test_<op>()
 // here does not compile.
+#include <numeric>
+
 #include "op_tester.h"
 #include "runtime/ops/fast_ops.h"
 
@@ -346,8 +348,42 @@ void moe_token_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, b
   }
 }
 
+// Decode rows whose hidden columns are rounded by the threads that computed
+// them (moe_op.cc: where the table rounds column groups on their own and
+// d_ff gives every thread two chunks of whole groups): d_ff is sized for 2
+// threads; with 3 the chunks are too few and the caller rounds the rows.
+// The same bytes either way, so 1, 2 and 3 threads give the same bits.
+void moe_hidden_rounded_by_threads_case(ir::DType dt, bool swiglu) {
+  const kernels::PreparedGemm& pg =
+      dt == ir::DType::kQ8 ? kernels::best_table().q8_prepared : kernels::best_table().bf16dot_prepared;
+  if (pg.prepare_cols == nullptr) return;  // the table rounds whole rows only
+  OpTester t;
+  const int64_t e = 4, d = 64, tokens = 8, f = 2 * 2 * std::lcm<int64_t>(16, pg.col_group);
+  int x = t.f32("x", {tokens, d}, RowDim::kTokens);
+  std::vector<int> in{x, t.f32("gate", {e, d})};
+  for (int64_t i = 0; i < e; ++i) {
+    in.push_back(t.weight("up" + std::to_string(i), {f, d}, dt));
+    if (swiglu) in.push_back(t.weight("gate" + std::to_string(i), {f, d}, dt));
+    in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
+  }
+  t.node(OpKind::kMoe, in, {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}});
+  t.check(tokens, 0, kRoundedTol);
+  const auto one = t.fast_outputs(tokens, 0, 1);
+  for (int threads : {2, 3}) {
+    const auto split = t.fast_outputs(tokens, 0, threads);
+    ASSERT_EQ(split.size(), one.size());
+    for (size_t b = 0; b < split.size(); ++b) {
+      ASSERT_EQ(split[b].size(), one[b].size());
+      EXPECT_EQ(std::memcmp(split[b].data(), one[b].data(), split[b].size() * 4), 0)
+          << "output " << b << ", " << threads << " threads";
+    }
+  }
+}
+
 void test_Moe() {
   for (ir::DType dt : {ir::DType::kQ8, ir::DType::kBF16Dot}) {
+    moe_hidden_rounded_by_threads_case(dt, false);
+    moe_hidden_rounded_by_threads_case(dt, true);
     moe_weight_dtype_case(dt, false);
     moe_weight_dtype_case(dt, true);
     moe_weight_dtype_case(dt, true, /*many=*/true);

@@ -107,6 +107,15 @@ void prepare_q8(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
   for (int64_t m = 0; m < M; ++m)
     quantize_a8_row(A + m * lda, K, reinterpret_cast<int8_t*>(P + m * rb), reinterpret_cast<float*>(P + m * rb + K));
 }
+// Columns [k0, k1) of prepare_q8's rows: blocks of 32 are rounded on their own.
+void prepare_q8_cols(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P) {
+  const int64_t rb = q8_prepared_row_bytes(K);
+  for (int64_t m = 0; m < M; ++m) {
+    uint8_t* row = P + m * rb;
+    quantize_a8_row(A + m * lda + k0, k1 - k0, reinterpret_cast<int8_t*>(row + k0),
+                    reinterpret_cast<float*>(row + K) + k0 / ir::kQ8Block);
+  }
+}
 void gemm_q8_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
                       int64_t /*ldw: implied*/, float* C, int64_t ldc) {
   const auto* W = static_cast<const uint8_t*>(Wv);
@@ -184,6 +193,12 @@ void prepare_bf16dot(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t*
   auto* out = reinterpret_cast<float*>(P);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) out[m * K + k] = bf16_to_f32(f32_to_bf16(A[m * lda + k]));
+}
+// Columns [k0, k1) of the same rows, any range (col_group 16: whole lines).
+void prepare_bf16dot_cols(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P) {
+  auto* out = reinterpret_cast<float*>(P);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = k0; k < k1; ++k) out[m * K + k] = bf16_to_f32(f32_to_bf16(A[m * lda + k]));
 }
 void gemm_bf16dot_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
                            float* C, int64_t ldc) {
@@ -306,15 +321,18 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_bf16dot = gemm_nt_bf16dot,
     .gemm_nt_q8 = gemm_nt_q8,
-    .q8_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_prepared},
-    .bf16dot_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_bf16dot_prepared},
-    .bf16dot_tiles_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_tiles_via_rows<gemm_bf16dot_prepared>},
+    .q8_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_prepared, prepare_q8_cols, ir::kQ8Block},
+    .bf16dot_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_bf16dot_prepared, prepare_bf16dot_cols, 16},
+    .bf16dot_tiles_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_tiles_via_rows<gemm_bf16dot_prepared>,
+                               prepare_bf16dot_cols, 16},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .gemm_nt_q8p16 = gemm_nt_q8_rowwise<gemm_q8_panels_prepared<false>>,
-    .q8p16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_panels_prepared<false>},
+    .q8p16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_panels_prepared<false>, prepare_q8_cols,
+                       ir::kQ8Block},
     .gemm_nt_q8cp16 = gemm_nt_q8_rowwise<gemm_q8_panels_prepared<true>>,
-    .q8cp16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_panels_prepared<true>},
+    .q8cp16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_panels_prepared<true>, prepare_q8_cols,
+                        ir::kQ8Block},
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

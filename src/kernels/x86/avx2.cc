@@ -953,9 +953,11 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16dot = gemm_nt_bf16dot,
     .gemm_nt_q8 = gemm_nt_q8_avx2,
     .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2},
-    .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>},
+    .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>,
+                         prepare_bf16dot_rounded_cols, kBf16DotRoundedColGroup},
     .bf16dot_tiles_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded,
-                               gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16>>},
+                               gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16>>, prepare_bf16dot_rounded_cols,
+                               kBf16DotRoundedColGroup},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .gemm_nt_q8p16 = gemm_nt_q8p16_scalar,  // no AVX2 kernel for int8 panels

@@ -915,9 +915,11 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16dot = gemm_nt_bf16dot<P>,  // with_features below replaces it
     .gemm_nt_q8 = gemm_nt_q8_avx2,          // with_features below replaces it
     .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2},
-    .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16<P>>},
+    .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16<P>>,
+                         prepare_bf16dot_rounded_cols, kBf16DotRoundedColGroup},
     .bf16dot_tiles_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded,
-                               gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16<P>>>},
+                               gemm_tiles_via_rows<gemm_bf16dot_rounded<gemm_nt_bf16<P>>>, prepare_bf16dot_rounded_cols,
+                               kBf16DotRoundedColGroup},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
     .gemm_nt_q8p16 = gemm_nt_q8p16_scalar,  // the VNNI table below replaces it
@@ -948,18 +950,22 @@ constexpr KernelTable with_features(bool vnni, bool bf16) {
   KernelTable t = kTable<P>;
   if (vnni) {
     t.gemm_nt_q8 = gemm_nt_q8_avx512vnni<P>;
-    t.q8_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<P>};
+    t.q8_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8_prepared_avx512vnni<P>,
+                     prepare_q8_cols_avx512vnni, kQ8PrepareColGroup};
     t.gemm_nt_q8p16 = gemm_nt_q8p_avx512vnni<false>;
-    t.q8p16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p_prepared_avx512vnni<false>};
+    t.q8p16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p_prepared_avx512vnni<false>,
+                        prepare_q8_cols_avx512vnni, kQ8PrepareColGroup};
     t.gemm_nt_q8cp16 = gemm_nt_q8p_avx512vnni<true>;
-    t.q8cp16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p_prepared_avx512vnni<true>};
+    t.q8cp16_prepared = {q8_row_bytes_avx512vnni, prepare_q8_avx512vnni, gemm_q8p_prepared_avx512vnni<true>,
+                         prepare_q8_cols_avx512vnni, kQ8PrepareColGroup};
   }
   if (bf16) {
     t.gemm_nt_bf16dot = gemm_nt_bf16dot_avx512bf16<P>;
-    t.bf16dot_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16,
-                          gemm_bf16dot_prepared_avx512bf16<P>};
+    t.bf16dot_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16, gemm_bf16dot_prepared_avx512bf16<P>,
+                          prepare_bf16dot_cols_avx512bf16, kBf16DotPrepareColGroup};
     t.bf16dot_tiles_prepared = {bf16dot_row_bytes_avx512bf16, prepare_bf16dot_avx512bf16,
-                                gemm_tiles_via_rows<gemm_bf16dot_prepared_avx512bf16<P>>};
+                                gemm_tiles_via_rows<gemm_bf16dot_prepared_avx512bf16<P>>,
+                                prepare_bf16dot_cols_avx512bf16, kBf16DotPrepareColGroup};
   }
   return t;
 }

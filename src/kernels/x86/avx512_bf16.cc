@@ -114,12 +114,15 @@ constexpr auto kTiles = make_tiles<P>(std::make_integer_sequence<int, kMr * kNr>
 int64_t bf16dot_row_bytes_avx512bf16(int64_t K) {
   return 2 * padded_k(K);
 }
-void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+// Columns [k0, k_end) of the prepared rows (k0 a multiple of kStep; k_end
+// one too, or padded_k(K) for the rest of the row with its zero padding).
+static void prepare_bf16dot_range(int64_t M, int64_t K, int64_t k0, int64_t k_end, const float* A, int64_t lda,
+                                  uint8_t* P) {
   const int64_t kp = padded_k(K);
   for (int64_t i = 0; i < M; ++i) {
     const float* a = A + i * lda;
     uint16_t* o = reinterpret_cast<uint16_t*>(P) + i * kp;
-    for (int64_t k = 0; k < kp; k += kStep) {
+    for (int64_t k = k0; k < k_end; k += kStep) {
       // k < K here (kp - 32 < K), so the low half has 1..16 lanes, the high 0..16.
       const int64_t hi_n = K - k - 16;
       const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(min64(16, K - k)), a + k);
@@ -129,6 +132,14 @@ void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t ld
       _mm512_store_si512(reinterpret_cast<__m512i*>(o + k), reinterpret_cast<const __m512i&>(h));
     }
   }
+}
+void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  prepare_bf16dot_range(M, K, 0, padded_k(K), A, lda, P);
+}
+void prepare_bf16dot_cols_avx512bf16(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda,
+                                     uint8_t* P) {
+  static_assert(kBf16DotPrepareColGroup == kStep, "a column group is one step of the prepared row");
+  prepare_bf16dot_range(M, K, k0, k1 == K ? padded_k(K) : k1, A, lda, P);
 }
 template <Prefetch Pf>
 void gemm_bf16dot_prepared_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,

@@ -161,18 +161,24 @@ void prepare_group_q8(const float* a, int64_t group_blocks, uint8_t* out, float*
                            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));  // -128 * sum
 }
 
-// One row of A -> its prepared form: K int8 in the weights' interleaved
-// order, then K/32 f32 scales, then K/32 int32 offsets (-128 * block sum),
-// a group of up to 16 blocks at a time.
-void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
+// Groups [g0, g1) of one row of A (a: the row's first value) -> their part
+// of the prepared row: K int8 in the weights' interleaved order, then K/32
+// f32 scales, then K/32 int32 offsets (-128 * block sum). A group's values,
+// scales and offsets depend on its 16 blocks alone.
+void prepare_groups_q8(const float* a, int64_t K, int64_t g0, int64_t g1, uint8_t* out) {
   const int64_t nb = K / 32;
   float* qs = reinterpret_cast<float*>(out + K);
   int32_t* qc = reinterpret_cast<int32_t*>(out + K + nb * 4);
-  for (int64_t g = 0; g * 16 < nb; ++g) {
+  for (int64_t g = g0; g < g1; ++g) {
     const int64_t r = min64(16, nb - g * 16);
     (r == 16 ? prepare_group_q8<true> : prepare_group_q8<false>)(a + g * 512, r, out + g * 512, qs + g * 16,
                                                                  qc + g * 16);
   }
+}
+
+// One row of A -> its prepared form, a group of up to 16 blocks at a time.
+void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
+  prepare_groups_q8(a, K, 0, (K / 32 + 15) / 16, out);
 }
 
 // MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
@@ -515,6 +521,11 @@ int64_t q8_row_bytes_avx512vnni(int64_t K) {
 }
 void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
   prepare_q8_rows(M, K, A, lda, P, kQ8ActBytes, prepare_row_q8);
+}
+void prepare_q8_cols_avx512vnni(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P) {
+  static_assert(kQ8PrepareColGroup == 16 * 32, "a column group is one group of 16 blocks");
+  const int64_t g0 = k0 / kQ8PrepareColGroup, g1 = (k1 + kQ8PrepareColGroup - 1) / kQ8PrepareColGroup;
+  for (int64_t i = 0; i < M; ++i) prepare_groups_q8(A + i * lda, K, g0, g1, P + i * (K / 32 * kQ8ActBytes));
 }
 template <Prefetch Pf>
 void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,

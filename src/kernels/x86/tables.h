@@ -32,6 +32,10 @@ void gemm_nt_bf16dot_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, co
                                 const uint16_t* W, int64_t ldw, float* C, int64_t ldc);
 int64_t bf16dot_row_bytes_avx512bf16(int64_t K);
 void prepare_bf16dot_avx512bf16(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+// Columns [k0, k1) of prepare_bf16dot_avx512bf16's rows (PreparedGemm::prepare_cols).
+inline constexpr int64_t kBf16DotPrepareColGroup = 32;
+void prepare_bf16dot_cols_avx512bf16(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda,
+                                     uint8_t* P);
 template <Prefetch Pf>
 void gemm_bf16dot_prepared_avx512bf16(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                       int64_t ldw, float* C, int64_t ldc);
@@ -52,6 +56,10 @@ void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const f
                            float* C, int64_t ldc);
 int64_t q8_row_bytes_avx512vnni(int64_t K);
 void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+// Columns [k0, k1) of prepare_q8_avx512vnni's rows (PreparedGemm::prepare_cols):
+// whole groups of 16 blocks, each independent of the others.
+inline constexpr int64_t kQ8PrepareColGroup = 512;
+void prepare_q8_cols_avx512vnni(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P);
 // The int8 panel GEMMs (KernelTable::gemm_nt_q8p16 and q8p16_prepared;
 // kChannel: gemm_nt_q8cp16 and q8cp16_prepared), on the same row_bytes and
 // prepare as q8_prepared.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "runtime/ops/fast_ops.h"
 #include "runtime/ops/prepared_rows.h"
@@ -395,7 +396,24 @@ void run_Moe(const OpCall& c) {
     for (++ex; ex < n_exp && offs[ex + 1] == offs[ex];) ++ex;
     return ex;
   };
-  c.pool->parallel_for(f, 16, [&](int64_t b, int64_t e) {
+  // The hidden rows are rounded for the down projections by the thread that
+  // computed each chunk's columns, while they are in its cache, where the
+  // kernel table rounds whole column groups on their own and f still gives
+  // every thread two chunks of them (ThreadPool::parallel_for). Rounded by
+  // the caller after the region, half of every row comes from the other
+  // core: k3-base bf16 batch-8 decode took 4% longer a step where the two
+  // cores share no L3 (20.9 against 20.0 ms), 1% where they share one. The
+  // int8 rows' groups are 512 values, so at k3-base's d_ff of 1024 there
+  // would be one chunk a thread, and that alone made the MoE 5-6% slower
+  // in both placements: the caller rounds them (docs/performance.md, "What
+  // the far placement costs a step"). The same bytes either way
+  // (kernels.h, prepare_cols).
+  const kernels::PreparedGemm* pg = prepared_gemm(c.kt, dt);
+  uint8_t* prep_h = at<uint8_t>(c.workspace, l.prep_h);
+  const int64_t round_align = pg != nullptr && pg->prepare_cols != nullptr ? std::lcm<int64_t>(16, pg->col_group) : 0;
+  const bool round_here = round_align > 0 && (f + round_align - 1) / round_align >= 2 * c.pool->size();
+  const int64_t h_stride = pg != nullptr ? pg->row_bytes(f) : 0;
+  c.pool->parallel_for(f, round_here ? round_align : 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
       if (cnt == 0) continue;
@@ -406,6 +424,7 @@ void run_Moe(const OpCall& c) {
                   swiglu ? next_rows(w[1], d, b, e) : after);
       if (swiglu) gemm_weight(c.kt, cnt, b, e, d, xa.from(r0), w[1], gbuf + r0 * f, f, 0, after);
       activate_rows(c, swiglu, hbuf, gbuf, f, r0, r0 + cnt, b, e);
+      if (round_here) pg->prepare_cols(cnt, f, b, e, hbuf + r0 * f, f, prep_h + r0 * h_stride);
     }
   });
 
@@ -414,7 +433,8 @@ void run_Moe(const OpCall& c) {
   //    token's weighted sum in choice order (and its residual). A chunk's
   //    columns of every expert's result are this thread's own, so no
   //    barrier comes between.
-  const ActRows ha = prepare_rows(c, dt, offs[n_exp], f, hbuf, f, at<uint8_t>(c.workspace, l.prep_h));
+  const ActRows ha =
+      round_here ? ActRows{hbuf, f, prep_h, h_stride} : prepare_rows(c, dt, offs[n_exp], f, hbuf, f, prep_h);
   c.pool->parallel_for(d, 16, [&](int64_t b, int64_t e) {
     for (int64_t ex = 0; ex < n_exp; ++ex) {
       const int64_t r0 = offs[ex], cnt = offs[ex + 1] - offs[ex];
