@@ -294,6 +294,30 @@ void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize 
   t.check(1, 0, kTol, 1);  // decode shape, one thread
 }
 
+// Each of e experts' weights ([f, d] up, [f, d] gate with swiglu, [d, f]
+// down, of dtype dt) appended to a MoE node's inputs.
+void add_experts(OpTester& t, std::vector<int>& in, int64_t e, int64_t d, int64_t f, ir::DType dt, bool swiglu) {
+  for (int64_t i = 0; i < e; ++i) {
+    in.push_back(t.weight("up" + std::to_string(i), {f, d}, dt));
+    if (swiglu) in.push_back(t.weight("gate" + std::to_string(i), {f, d}, dt));
+    in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
+  }
+}
+
+// The op's outputs on 2 and 3 threads are one thread's, bit for bit.
+void expect_one_threads_bits(OpTester& t, int64_t tokens) {
+  const auto one = t.fast_outputs(tokens, 0, 1);
+  for (int threads : {2, 3}) {
+    const auto split = t.fast_outputs(tokens, 0, threads);
+    ASSERT_EQ(split.size(), one.size());
+    for (size_t b = 0; b < split.size(); ++b) {
+      ASSERT_EQ(split[b].size(), one[b].size());
+      EXPECT_EQ(std::memcmp(split[b].data(), one[b].data(), split[b].size() * 4), 0)
+          << "output " << b << ", " << threads << " threads";
+    }
+  }
+}
+
 // Experts with int8 or bf16-dot weights: the grouped rows, then the hidden
 // rows, are rounded once for every expert and column chunk.
 // With `many`, enough routed rows that their rounding is split across the
@@ -304,11 +328,7 @@ void moe_weight_dtype_case(ir::DType dt, bool swiglu, bool many = false) {
   const int64_t tokens = many ? kParallelValues / (2 * d) + 1 : 13;
   int x = t.f32("x", {tokens + 3, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
-  for (int64_t i = 0; i < e; ++i) {
-    in.push_back(t.weight("up" + std::to_string(i), {f, d}, dt));
-    if (swiglu) in.push_back(t.weight("gate" + std::to_string(i), {f, d}, dt));
-    in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
-  }
+  add_experts(t, in, e, d, f, dt, swiglu);
   t.node(OpKind::kMoe, in, {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}});
   t.check(tokens, 0, kRoundedTol);
   t.check(1, 0, kRoundedTol, 1);  // decode shape, one thread
@@ -327,25 +347,12 @@ void moe_token_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, b
   ASSERT_TRUE(moe_splits_tokens(tokens, 2, e, 3));
   int x = t.f32("x", {tokens, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
-  for (int64_t i = 0; i < e; ++i) {
-    in.push_back(t.weight("up" + std::to_string(i), {f, d}, dt));
-    if (swiglu) in.push_back(t.weight("gate" + std::to_string(i), {f, d}, dt));
-    in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
-  }
+  add_experts(t, in, e, d, f, dt, swiglu);
   if (residual) in.push_back(t.f32("r", {tokens, d}, RowDim::kTokens));
   t.node(OpKind::kMoe, in,
          {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}, {"residual", int64_t{residual}}});
   t.check(tokens, 0, dt == ir::DType::kF32 ? kTol : kRoundedTol);
-  const auto one = t.fast_outputs(tokens, 0, 1);
-  for (int threads : {2, 3}) {
-    const auto split = t.fast_outputs(tokens, 0, threads);
-    ASSERT_EQ(split.size(), one.size());
-    for (size_t b = 0; b < split.size(); ++b) {
-      ASSERT_EQ(split[b].size(), one[b].size());
-      EXPECT_EQ(std::memcmp(split[b].data(), one[b].data(), split[b].size() * 4), 0)
-          << "output " << b << ", " << threads << " threads";
-    }
-  }
+  expect_one_threads_bits(t, tokens);
 }
 
 // Decode rows whose hidden columns are rounded by the threads that computed
@@ -361,23 +368,10 @@ void moe_hidden_rounded_by_threads_case(ir::DType dt, bool swiglu) {
   const int64_t e = 4, d = 64, tokens = 8, f = 2 * 2 * std::lcm<int64_t>(16, pg.col_group);
   int x = t.f32("x", {tokens, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
-  for (int64_t i = 0; i < e; ++i) {
-    in.push_back(t.weight("up" + std::to_string(i), {f, d}, dt));
-    if (swiglu) in.push_back(t.weight("gate" + std::to_string(i), {f, d}, dt));
-    in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
-  }
+  add_experts(t, in, e, d, f, dt, swiglu);
   t.node(OpKind::kMoe, in, {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}});
   t.check(tokens, 0, kRoundedTol);
-  const auto one = t.fast_outputs(tokens, 0, 1);
-  for (int threads : {2, 3}) {
-    const auto split = t.fast_outputs(tokens, 0, threads);
-    ASSERT_EQ(split.size(), one.size());
-    for (size_t b = 0; b < split.size(); ++b) {
-      ASSERT_EQ(split[b].size(), one[b].size());
-      EXPECT_EQ(std::memcmp(split[b].data(), one[b].data(), split[b].size() * 4), 0)
-          << "output " << b << ", " << threads << " threads";
-    }
-  }
+  expect_one_threads_bits(t, tokens);
 }
 
 void test_Moe() {
