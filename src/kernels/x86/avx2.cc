@@ -238,16 +238,18 @@ void gemm_nt_bf16dot(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
 
 constexpr int64_t kQ8ActBytes = 68;  // per block: int8, |int8|, f32 scale
 
-// One row of A -> its prepared form (above). Blocks are rounded in natural
-// order into a group buffer, then interleaved like the weights.
-void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
+// Groups [g0, g1) of 16 blocks of one row of A (a: the row's first value)
+// -> their part of the prepared form (above), which depends on their blocks
+// alone. Blocks are rounded in natural order into a group buffer, then
+// interleaved like the weights.
+void prepare_groups_q8(const float* a, int64_t K, int64_t g0, int64_t g1, uint8_t* out) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 inf = _mm256_set1_ps(__builtin_inff());
   const int64_t nb = K / 32;
   uint8_t* qabs = out + K;
   float* qs = reinterpret_cast<float*>(out + 2 * K);
   alignas(32) uint8_t blocks[512];
-  for (int64_t g = 0; g * 16 < nb; ++g) {
+  for (int64_t g = g0; g < g1; ++g) {
     const int64_t r = min64(16, nb - g * 16);
     for (int64_t l = 0; l < r; ++l) {
       const int64_t b = g * 16 + l;
@@ -286,6 +288,11 @@ void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(qabs + g * 512 + i * 32), _mm256_abs_epi8(v));
     }
   }
+}
+
+// One row of A -> its prepared form.
+void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
+  prepare_groups_q8(a, K, 0, (K / 32 + 15) / 16, out);
 }
 
 // `lanes` (1..8) f16 block scales at p, widened to f32; lanes past them 0.
@@ -409,6 +416,10 @@ int64_t q8_row_bytes_avx2(int64_t K) {
 }
 void prepare_q8_avx2(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
   prepare_q8_rows(M, K, A, lda, P, kQ8ActBytes, prepare_row_q8);
+}
+void prepare_q8_cols_avx2(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P) {
+  const int64_t g0 = k0 / kQ8PrepareColGroup, g1 = (k1 + kQ8PrepareColGroup - 1) / kQ8PrepareColGroup;
+  for (int64_t i = 0; i < M; ++i) prepare_groups_q8(A + i * lda, K, g0, g1, P + i * (K / 32 * kQ8ActBytes));
 }
 void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                            int64_t /*ldw: implied*/, float* C, int64_t ldc) {
@@ -952,7 +963,8 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16 = gemm_nt_bf16,
     .gemm_nt_bf16dot = gemm_nt_bf16dot,
     .gemm_nt_q8 = gemm_nt_q8_avx2,
-    .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2},
+    .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2, prepare_q8_cols_avx2,
+                    kQ8PrepareColGroup},
     .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16>,
                          prepare_bf16dot_rounded_cols, kBf16DotRoundedColGroup},
     .bf16dot_tiles_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded,

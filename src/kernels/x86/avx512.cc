@@ -914,7 +914,8 @@ constexpr KernelTable kTable = {
     .gemm_nt_bf16 = gemm_nt_bf16<P>,
     .gemm_nt_bf16dot = gemm_nt_bf16dot<P>,  // with_features below replaces it
     .gemm_nt_q8 = gemm_nt_q8_avx2,          // with_features below replaces it
-    .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2},
+    .q8_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8_prepared_avx2, prepare_q8_cols_avx2,
+                    kQ8PrepareColGroup},
     .bf16dot_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded, gemm_bf16dot_rounded<gemm_nt_bf16<P>>,
                          prepare_bf16dot_rounded_cols, kBf16DotRoundedColGroup},
     .bf16dot_tiles_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded,

@@ -21,6 +21,11 @@ void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
                      float* C, int64_t ldc);
 int64_t q8_row_bytes_avx2(int64_t K);
 void prepare_q8_avx2(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
+// Columns [k0, k1) of prepare_q8_avx2's rows (PreparedGemm::prepare_cols):
+// whole groups of 16 blocks, each independent of the others, as in the VNNI
+// table's rows.
+inline constexpr int64_t kQ8PrepareColGroup = 512;
+void prepare_q8_cols_avx2(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P);
 void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
                            float* C, int64_t ldc);
 // The AVX-512 BF16 dot-product GEMM and its PreparedGemm parts
@@ -57,8 +62,7 @@ void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const f
 int64_t q8_row_bytes_avx512vnni(int64_t K);
 void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
 // Columns [k0, k1) of prepare_q8_avx512vnni's rows (PreparedGemm::prepare_cols):
-// whole groups of 16 blocks, each independent of the others.
-inline constexpr int64_t kQ8PrepareColGroup = 512;
+// whole groups of 16 blocks (kQ8PrepareColGroup), each independent of the others.
 void prepare_q8_cols_avx512vnni(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P);
 // The int8 panel GEMMs (KernelTable::gemm_nt_q8p16 and q8p16_prepared;
 // kChannel: gemm_nt_q8cp16 and q8cp16_prepared), on the same row_bytes and
