@@ -102,12 +102,8 @@ void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
 int64_t q8_prepared_row_bytes(int64_t K) {
   return K + K / ir::kQ8Block * 4;
 }
-void prepare_q8(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
-  const int64_t rb = q8_prepared_row_bytes(K);
-  for (int64_t m = 0; m < M; ++m)
-    quantize_a8_row(A + m * lda, K, reinterpret_cast<int8_t*>(P + m * rb), reinterpret_cast<float*>(P + m * rb + K));
-}
-// Columns [k0, k1) of prepare_q8's rows: blocks of 32 are rounded on their own.
+// Columns [k0, k1) of M prepared rows (prepare_cols; blocks of 32 are
+// rounded on their own), the whole rows with k0 0, k1 K (prepare).
 void prepare_q8_cols(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P) {
   const int64_t rb = q8_prepared_row_bytes(K);
   for (int64_t m = 0; m < M; ++m) {
@@ -115,6 +111,9 @@ void prepare_q8_cols(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* 
     quantize_a8_row(A + m * lda + k0, k1 - k0, reinterpret_cast<int8_t*>(row + k0),
                     reinterpret_cast<float*>(row + K) + k0 / ir::kQ8Block);
   }
+}
+void prepare_q8(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  prepare_q8_cols(M, K, 0, K, A, lda, P);
 }
 void gemm_q8_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
                       int64_t /*ldw: implied*/, float* C, int64_t ldc) {
@@ -189,16 +188,15 @@ void gemm_q8_panels_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const
 int64_t bf16dot_prepared_row_bytes(int64_t K) {
   return 4 * K;
 }
-void prepare_bf16dot(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
-  auto* out = reinterpret_cast<float*>(P);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) out[m * K + k] = bf16_to_f32(f32_to_bf16(A[m * lda + k]));
-}
-// Columns [k0, k1) of the same rows, any range (col_group 16: whole lines).
+// Columns [k0, k1) of the rows, any range (prepare_cols; col_group 16:
+// whole lines), the whole rows with k0 0, k1 K (prepare).
 void prepare_bf16dot_cols(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P) {
   auto* out = reinterpret_cast<float*>(P);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = k0; k < k1; ++k) out[m * K + k] = bf16_to_f32(f32_to_bf16(A[m * lda + k]));
+}
+void prepare_bf16dot(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  prepare_bf16dot_cols(M, K, 0, K, A, lda, P);
 }
 void gemm_bf16dot_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
                            float* C, int64_t ldc) {

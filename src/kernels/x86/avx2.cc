@@ -290,11 +290,6 @@ void prepare_groups_q8(const float* a, int64_t K, int64_t g0, int64_t g1, uint8_
   }
 }
 
-// One row of A -> its prepared form.
-void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
-  prepare_groups_q8(a, K, 0, (K / 32 + 15) / 16, out);
-}
-
 // `lanes` (1..8) f16 block scales at p, widened to f32; lanes past them 0.
 // A partial half reads its scales one by one: 16 bytes could run past the
 // row's, and the matrix's, end.
@@ -415,11 +410,10 @@ int64_t q8_row_bytes_avx2(int64_t K) {
   return K / 32 * kQ8ActBytes;
 }
 void prepare_q8_avx2(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
-  prepare_q8_rows(M, K, A, lda, P, kQ8ActBytes, prepare_row_q8);
+  prepare_q8_cols(M, K, 0, K, A, lda, P, kQ8ActBytes, prepare_groups_q8);
 }
 void prepare_q8_cols_avx2(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P) {
-  const int64_t g0 = k0 / kQ8PrepareColGroup, g1 = (k1 + kQ8PrepareColGroup - 1) / kQ8PrepareColGroup;
-  for (int64_t i = 0; i < M; ++i) prepare_groups_q8(A + i * lda, K, g0, g1, P + i * (K / 32 * kQ8ActBytes));
+  prepare_q8_cols(M, K, k0, k1, A, lda, P, kQ8ActBytes, prepare_groups_q8);
 }
 void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                            int64_t /*ldw: implied*/, float* C, int64_t ldc) {

@@ -49,7 +49,7 @@ constexpr int64_t kQ8ActBytes = 40;  // per block of a prepared row: 32 int8, f3
 // within 10% of 2.
 constexpr int64_t kQ8FarAhead = 2;
 
-// A full group of 16 blocks (512 int8 in natural order, as prepare_row_q8
+// A full group of 16 blocks (512 int8 in natural order, as prepare_groups_q8
 // rounds them) -> the kQ8 interleave (q8_drive.h, q8_interleave_group): word
 // t of block l (4 bytes) goes to word 16 t + l. That is a transpose of a
 // 16 x 8 matrix of words. Held in 8 registers of 16 words, word 8 l + t is
@@ -174,11 +174,6 @@ void prepare_groups_q8(const float* a, int64_t K, int64_t g0, int64_t g1, uint8_
     (r == 16 ? prepare_group_q8<true> : prepare_group_q8<false>)(a + g * 512, r, out + g * 512, qs + g * 16,
                                                                  qc + g * 16);
   }
-}
-
-// One row of A -> its prepared form, a group of up to 16 blocks at a time.
-void prepare_row_q8(const float* a, int64_t K, uint8_t* out) {
-  prepare_groups_q8(a, K, 0, (K / 32 + 15) / 16, out);
 }
 
 // MR prepared A rows (qa_stride bytes apart) against NR W rows (NR memory
@@ -348,7 +343,7 @@ static_assert(kQ8FarNr1<Prefetch::kL2> <= kQ8Nr, "the L2 level's one-row tile is
 //   acc = dpbusd(acc, w, broadcast(a[4 bytes]))  x 8
 //   facc = fma(w_scale * a_scale, float(acc), facc)      (16 outputs at once)
 // and each lane is one output: no horizontal sums. The prepared rows are the
-// kQ8 kernel's (prepare_row_q8: blocks interleaved 4 bytes at a time within
+// kQ8 kernel's (prepare_groups_q8: blocks interleaved 4 bytes at a time within
 // groups of 16), so block b, step t of a row sits at group b / 16, offset
 // t * 4r + 4 (b % 16), r the group's block count. One thread on the Zen 4
 // host, bench_kernels avx512/gemm_nt_q8(p16)?_(hot|stream), 2 rounds in
@@ -520,12 +515,10 @@ int64_t q8_row_bytes_avx512vnni(int64_t K) {
   return K / 32 * kQ8ActBytes;
 }
 void prepare_q8_avx512vnni(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
-  prepare_q8_rows(M, K, A, lda, P, kQ8ActBytes, prepare_row_q8);
+  prepare_q8_cols(M, K, 0, K, A, lda, P, kQ8ActBytes, prepare_groups_q8);
 }
 void prepare_q8_cols_avx512vnni(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P) {
-  static_assert(kQ8PrepareColGroup == 16 * 32, "a column group is one group of 16 blocks");
-  const int64_t g0 = k0 / kQ8PrepareColGroup, g1 = (k1 + kQ8PrepareColGroup - 1) / kQ8PrepareColGroup;
-  for (int64_t i = 0; i < M; ++i) prepare_groups_q8(A + i * lda, K, g0, g1, P + i * (K / 32 * kQ8ActBytes));
+  prepare_q8_cols(M, K, k0, k1, A, lda, P, kQ8ActBytes, prepare_groups_q8);
 }
 template <Prefetch Pf>
 void gemm_q8_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,

@@ -30,19 +30,17 @@ inline int64_t bf16dot_rounded_row_bytes(int64_t K) {
   return 4 * K;
 }
 
-inline void prepare_bf16dot_rounded(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
-  float* out = reinterpret_cast<float*>(P);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k) out[i * K + k] = round_to_bf16(A[i * lda + k]);
-}
-// Columns [k0, k1) of the same rows (PreparedGemm::prepare_cols), whole
-// cache lines of them at a time.
+// Columns [k0, k1) of the rows (PreparedGemm::prepare_cols), whole cache
+// lines of them at a time.
 inline constexpr int64_t kBf16DotRoundedColGroup = 16;
 inline void prepare_bf16dot_rounded_cols(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda,
                                          uint8_t* P) {
   float* out = reinterpret_cast<float*>(P);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t k = k0; k < k1; ++k) out[i * K + k] = round_to_bf16(A[i * lda + k]);
+}
+inline void prepare_bf16dot_rounded(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
+  prepare_bf16dot_rounded_cols(M, K, 0, K, A, lda, P);
 }
 
 template <void (*GemmBf16)(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const uint16_t*, int64_t, float*,

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/tables.h"
 
 namespace k3::kernels {
 namespace {
@@ -51,12 +52,18 @@ inline void q8_interleave_group(const uint8_t* blocks, int64_t r, uint8_t* out) 
 // at M 24, against 227-267 into L2.
 constexpr int64_t kQ8L1PrefetchRowBytes = 1024;
 
-// M rows of A -> their prepared form, row i at qa + i * K / 32 * act_bytes;
-// prepare(a, K, row) does one row in the table's own layout.
-template <class Prepare>
-void prepare_q8_rows(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* qa, int64_t act_bytes,
-                     Prepare prepare) {
-  for (int64_t i = 0; i < M; ++i) prepare(A + i * lda, K, qa + i * (K / 32 * act_bytes));
+// Columns [k0, k1) of M rows of A -> their part of the prepared rows, row i
+// at qa + i * K / 32 * act_bytes (the whole rows: k0 0, k1 K). Both tables
+// interleave 16 blocks at a time, each group independent of the others, so
+// k0 is a multiple of kQ8PrepareColGroup and k1 one too or K (kernels.h,
+// PreparedGemm::prepare_cols). groups(a, K, g0, g1, row) does groups
+// [g0, g1) of one row in the table's own layout.
+template <class PrepareGroups>
+void prepare_q8_cols(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* qa,
+                     int64_t act_bytes, PrepareGroups groups) {
+  static_assert(kQ8PrepareColGroup == 16 * 32, "a column group is one group of 16 blocks");
+  const int64_t g0 = k0 / kQ8PrepareColGroup, g1 = (k1 + kQ8PrepareColGroup - 1) / kQ8PrepareColGroup;
+  for (int64_t i = 0; i < M; ++i) groups(A + i * lda, K, g0, g1, qa + i * (K / 32 * act_bytes));
 }
 
 // C[M, n0..n1) from M prepared rows. tile(mr, nr): the table's Q8TileFn for

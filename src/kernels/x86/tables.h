@@ -21,9 +21,9 @@ void gemm_nt_q8_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
                      float* C, int64_t ldc);
 int64_t q8_row_bytes_avx2(int64_t K);
 void prepare_q8_avx2(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P);
-// Columns [k0, k1) of prepare_q8_avx2's rows (PreparedGemm::prepare_cols):
-// whole groups of 16 blocks, each independent of the others, as in the VNNI
-// table's rows.
+// Columns [k0, k1) of prepare_q8_avx2's rows (PreparedGemm::prepare_cols).
+// Its rows and the VNNI table's interleave 16 blocks at a time, each group
+// independent of the others: prepare_cols' granularity (q8_drive.h).
 inline constexpr int64_t kQ8PrepareColGroup = 512;
 void prepare_q8_cols_avx2(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P);
 void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
