@@ -85,7 +85,7 @@ BENCHMARK(bm_gemv_region)
 // - 2: whole matrices, each thread its own (per_region 32 only).
 // Against the best of them, what barriers, chunk claims and two cores
 // reading halves of the same matrices cost. Where the two vCPUs sit on
-// different L3s, regions of one matrix streamed 10-15% slower than regions
+// different L3s, regions of one matrix streamed 5-15% slower than regions
 // of 32; where they share one, every schedule measured the same
 // (docs/performance.md, "What the far placement costs a step").
 // rt_before_ns / rt_after_ns: the round trip between the threads around the
