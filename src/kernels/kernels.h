@@ -182,8 +182,8 @@ struct KernelTable {
   // bit-identical across M, [n0, n1) and ISAs, and differ from gemm_nt_q8's
   // on the same weights in the last bits. Any [n0, n1) within the N rows
   // works; ranges on multiples of 16 avoid computing a shared panel twice.
-  // The AVX-512 VNNI table has the kernel this layout is for; the others
-  // run the scalar one.
+  // The AVX-512 VNNI table runs it on vpdpbusd, the AVX2 table (and the
+  // AVX-512 one without VNNI) on vpmaddubsw.
   void (*gemm_nt_q8p16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                         float* C, int64_t ldc);
   // gemm_nt_q8p16 in two steps (PreparedGemm above; ldw is implied).
@@ -196,8 +196,8 @@ struct KernelTable {
   //   C[m, n] = sw[n] * fma(sa[m, B-1], dot[B-1], ... fma(sa[m, 0], dot[0], 0.0f))
   // in every table, so results are bit-identical across M, [n0, n1) and
   // ISAs. One multiply a block fewer per 16 outputs than gemm_nt_q8p16
-  // (docs/performance.md, "int8 with one scale per channel"). The AVX-512
-  // VNNI table has the kernel; the others run the scalar one.
+  // (docs/performance.md, "int8 with one scale per channel"). SIMD in every
+  // x86 table, as gemm_nt_q8p16.
   void (*gemm_nt_q8cp16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
                          float* C, int64_t ldc);
   // gemm_nt_q8cp16 in two steps (PreparedGemm above; ldw is implied).

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "commands.h"
-#include "kernels/ref/scalar_q8p16.h"
 #include "runtime/engine.h"
 #include "runtime/thread_pool.h"
 
@@ -50,22 +49,14 @@ void add_mmap_flag(CLI::App* sub, bool* mmap) {
 
 void note_layout_kernels(const runtime::Engine& engine) {
   if (engine.executor() != Executor::kPlan) return;
-  bool tiles = false, q8_panels = false;
-  for (const ir::Value& v : engine.decode_plan().graph().values()) {
-    tiles = tiles || v.dtype == ir::DType::kBF16DotT16;
-    q8_panels = q8_panels || v.dtype == ir::DType::kQ8P16 || v.dtype == ir::DType::kQ8CP16;
-  }
+  bool tiles = false;
+  for (const ir::Value& v : engine.decode_plan().graph().values()) tiles = tiles || v.dtype == ir::DType::kBF16DotT16;
   const kernels::KernelTable& kt = engine.kernels();
   const std::string isa(kernels::isa_name(kt.isa));
   if (tiles && kt.isa != kernels::Isa::kAmx)
     std::fprintf(stderr,
                  "k3: note: the matrices are in the tile layout (--weight-layout tiles), which only the amx kernel "
                  "table (--isa amx) reads directly; the %s table unpacks them and runs slower than on rows\n",
-                 isa.c_str());
-  if (q8_panels && kt.isa != kernels::Isa::kScalar && kt.gemm_nt_q8p16 == &kernels::gemm_nt_q8p16_scalar)
-    std::fprintf(stderr,
-                 "k3: note: the int8 matrices are in the panel layout (--weight-layout panels), which only CPUs with "
-                 "AVX-512 VNNI multiply with SIMD; the %s table runs the scalar kernel, far slower than on rows\n",
                  isa.c_str());
 }
 

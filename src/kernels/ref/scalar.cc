@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
-#include "kernels/ref/scalar_q8p16.h"
 #include "kernels/tiles_via_rows.h"
 #include "util/half.h"
 #include "util/panel.h"
@@ -350,29 +349,6 @@ constexpr KernelTable kTable = {
 
 const KernelTable& scalar_table() {
   return kTable;
-}
-
-void gemm_nt_q8p16_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
-                          float* C, int64_t ldc) {
-  gemm_nt_q8_rowwise<gemm_q8_panels_prepared<false>>(M, n0, n1, K, A, lda, W, C, ldc);
-}
-int64_t q8p16_row_bytes_scalar(int64_t K) {
-  return q8_prepared_row_bytes(K);
-}
-void prepare_q8p16_scalar(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
-  prepare_q8(M, K, A, lda, P);
-}
-void gemm_q8p16_prepared_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
-                                int64_t ldw, float* C, int64_t ldc) {
-  gemm_q8_panels_prepared<false>(M, n0, n1, K, P, W, ldw, C, ldc);
-}
-void gemm_nt_q8cp16_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
-                           float* C, int64_t ldc) {
-  gemm_nt_q8_rowwise<gemm_q8_panels_prepared<true>>(M, n0, n1, K, A, lda, W, C, ldc);
-}
-void gemm_q8cp16_prepared_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
-                                 int64_t ldw, float* C, int64_t ldc) {
-  gemm_q8_panels_prepared<true>(M, n0, n1, K, P, W, ldw, C, ldc);
 }
 
 }  // namespace k3::kernels

@@ -13,7 +13,6 @@
 #include <limits>
 
 #include "kernels/prepared_chunks.h"
-#include "kernels/ref/scalar_q8p16.h"
 #include "kernels/tiles_via_rows.h"
 #include "kernels/x86/bf16dot_round.h"
 #include "kernels/x86/panel_split.h"
@@ -580,6 +579,195 @@ void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
   gemm_panels(M, n0, n1, K, A, lda, W, C, ldc, next);
 }
 
+// ---- int8 panels (gemm_nt_q8p16) ------------------------------------------
+//
+// W in the int8 panel layout (util/q8_panel.h): block b, step t of a panel
+// is 64 bytes, weights 32b + 4t .. +3 of its 16 rows stored as q + 128: two
+// ymm, rows 0-7 and rows 8-15, a 32-bit lane a row. AVX2 has no vpdpbusd,
+// and vpmaddubsw of the stored bytes against signed activations could
+// saturate (2 x 255 x 127 > 2^15), so the tile takes the row kernel's
+// product on q = w ^ 0x80, the activation row's 4 bytes broadcast with
+// their magnitudes beside them:
+//   acc += madd16(maddubs(|a|, sign(q, a)), 1)        (lane c: row c's 4 products, exact)
+// 8 steps a block (no pair sum can saturate: 2 x 127 x 127 < 2^15), then
+//   facc = fma(w_scale * a_scale, float(acc), facc)    (8 outputs at once)
+// so each lane is one output and nothing is summed across lanes: the
+// chain kernels.h prescribes, bit for bit the scalar and VNNI tables'.
+// Per block and row of A: 16 vpmaddubsw + 16 vpmaddwd on the multiply
+// pipes for 512 products, against 64 f32 FMAs for 512 in the f32 panels.
+// The prepared rows are the row kernel's (prepare_groups_q8): block b,
+// step t of a row at group b / 16, offset t * 4r + 4 (b % 16) (r the
+// group's blocks), its magnitudes K bytes on, its f32 scales at 2 K.
+// Rows of A per tile: 8 int accumulators, 2 W, |a|, a, the ones and the
+// xor in the 16 ymm, the 8 f32 sums on the stack (touched once a block).
+// One thread, bench_kernels avx2/gemm_nt_q8(c)?p16_(hot|stream)/M(16|32|128)_N1536_K512
+// on the Zen 3 host, 2 rounds, GOP/s: 2 rows 100-112, 3 rows 102-114, 4 rows
+// 107-119 (the rows kernel: 70-77).
+constexpr int kQ8PMr = 4;
+constexpr int64_t kQ8PRowChunk = 16;  // rows of A over which a panel is reused from L1 (as the VNNI table)
+
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
+
+// One block of 32 k: a[i] is row i's first word of the block, w the
+// panel's first byte of it, step the bytes between a row's words t and
+// t + 1 (64 in a full group, known at compile time there).
+template <int MR, int kStep>
+__attribute__((always_inline)) inline void q8p_block(const uint8_t* const (&a)[MR], int64_t K, const uint8_t* w,
+                                                     int64_t step, __m256i (&acc)[MR][2]) {
+  const int64_t st = kStep != 0 ? kStep : step;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (int t = 0; t < 8; ++t) {
+    const __m256i w0 = _mm256_xor_si256(load_q(w + t * 64), flip);
+    const __m256i w1 = _mm256_xor_si256(load_q(w + t * 64 + 32), flip);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m256i av = _mm256_set1_epi32(load_i32(a[i] + t * st));
+      const __m256i aa = _mm256_set1_epi32(load_i32(a[i] + K + t * st));
+      acc[i][0] =
+          _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(w0, av)), ones));
+      acc[i][1] =
+          _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(w1, av)), ones));
+    }
+  }
+}
+
+// C[0..MR, 16) = prepared rows qa[0..MR) (qa_stride bytes apart) . (the
+// panel at W)^T. Spreads `spread`'s prefetches over its blocks. kChannel:
+// the channel-scale panels (kQ8CP16), whose blocks take the activation
+// scale only and whose 16 f32 weight scales multiply the sums at the end.
+template <int MR, bool kChannel>
+void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, float* C, int64_t ldc,
+              PanelSpread spread) {
+  const int64_t nb = K / 32;
+  const uint8_t* w_scales = W + 16 * K;
+  __m256 facc[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) facc[i][0] = facc[i][1] = _mm256_setzero_ps();
+  SpreadState st(spread);
+  for (int64_t g = 0; g * 16 < nb; ++g) {
+    const int64_t r = min64(16, nb - g * 16);
+    for (int64_t l = 0; l < r; ++l) {
+      const int64_t b = g * 16 + l;
+      const uint8_t* a[MR];
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) a[i] = qa + i * qa_stride + g * 512 + 4 * l;
+      __m256i acc[MR][2];
+      if (r == 16)
+        q8p_block<MR, 64>(a, K, W + b * 512, 64, acc);
+      else
+        q8p_block<MR, 0>(a, K, W + b * 512, 4 * r, acc);
+      __m256 sw0 = _mm256_setzero_ps(), sw1 = _mm256_setzero_ps();
+      if constexpr (!kChannel) {
+        sw0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w_scales + b * 32)));
+        sw1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w_scales + b * 32 + 16)));
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256 sa = _mm256_broadcast_ss(reinterpret_cast<const float*>(qa + i * qa_stride + 2 * K) + b);
+        if constexpr (kChannel) {
+          facc[i][0] = _mm256_fmadd_ps(sa, _mm256_cvtepi32_ps(acc[i][0]), facc[i][0]);
+          facc[i][1] = _mm256_fmadd_ps(sa, _mm256_cvtepi32_ps(acc[i][1]), facc[i][1]);
+        } else {
+          facc[i][0] = _mm256_fmadd_ps(_mm256_mul_ps(sw0, sa), _mm256_cvtepi32_ps(acc[i][0]), facc[i][0]);
+          facc[i][1] = _mm256_fmadd_ps(_mm256_mul_ps(sw1, sa), _mm256_cvtepi32_ps(acc[i][1]), facc[i][1]);
+        }
+      }
+      if (spread.lines > 0) panel_spread_step(spread, st, nb);
+    }
+  }
+  if constexpr (kChannel) {
+    const __m256 sc0 = _mm256_loadu_ps(reinterpret_cast<const float*>(w_scales));
+    const __m256 sc1 = _mm256_loadu_ps(reinterpret_cast<const float*>(w_scales) + 8);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      facc[i][0] = _mm256_mul_ps(sc0, facc[i][0]);
+      facc[i][1] = _mm256_mul_ps(sc1, facc[i][1]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_ps(C + i * ldc, facc[i][0]);
+    _mm256_storeu_ps(C + i * ldc + 8, facc[i][1]);
+  }
+}
+
+using Q8PTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, float*, int64_t, PanelSpread);
+template <bool kChannel>
+constexpr Q8PTileFn kQ8PTiles[kQ8PMr] = {q8p_tile<1, kChannel>, q8p_tile<2, kChannel>, q8p_tile<3, kChannel>,
+                                         q8p_tile<4, kChannel>};
+// Bytes of one panel: q8_panel_bytes / q8c_panel_bytes (util/q8_panel.h:
+// baseline code).
+template <bool kChannel>
+constexpr int64_t q8p_panel_bytes(int64_t K) {
+  return kChannel ? 16 * K + 64 : 17 * K;
+}
+
+// C[M, 16 * p0 .. 16 * p1) over whole panels: up to kQ8PRowChunk rows at a
+// time, panel by panel, each panel reused from L1 by the chunk's row tiles
+// (heights within one of each other), which prefetch the next panel into L2
+// while they compute.
+template <bool kChannel>
+void gemm_q8p_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t* qa, int64_t stride, const uint8_t* W,
+                    float* C, int64_t ldc) {
+  const int64_t ps = q8p_panel_bytes<kChannel>(K);
+  for (int64_t m0 = 0; m0 < M; m0 += kQ8PRowChunk) {
+    const int64_t mc = min64(kQ8PRowChunk, M - m0), ntiles = (mc + kQ8PMr - 1) / kQ8PMr;
+    const uint8_t* a = qa + m0 * stride;
+    float* c = C + m0 * ldc;
+    for (int64_t p = p0; p < p1; ++p) {
+      const PanelSpread spread = panel_spread_after(W + (p + 1) * ps, p + 1 < p1 ? ps : 0, ReadNext{}, 0);
+      for (int64_t r = 0; r < ntiles; ++r) {
+        const RowTile rt = row_tile(mc, r, ntiles, spread);
+        kQ8PTiles<kChannel>[rt.mr - 1](K, a + rt.m * stride, stride, W + p * ps, c + rt.m * ldc + 16 * p, ldc,
+                                       rt.spread);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// The int8 panel GEMMs (kernels.h, gemm_nt_q8p16; kChannel: gemm_nt_q8cp16)
+// on this table's prepared int8 rows; a thread's share that cuts a panel
+// computes it whole on the stack (panel_split.h). Also the AVX-512 table's
+// on CPUs without VNNI.
+template <bool kChannel>
+void gemm_q8p_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
+                            int64_t /*ldw: implied*/, float* C, int64_t ldc) {
+  const auto* W = static_cast<const uint8_t*>(Wv);
+  const int64_t stride = K / 32 * kQ8ActBytes, ps = q8p_panel_bytes<kChannel>(K);
+  gemm_panels_split<kQ8PMr>(
+      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_q8p_whole<kChannel>(M, p0, p1, K, P, stride, W, C, ldc); },
+      [&](int64_t m, int64_t mr, int64_t p, float* out) {
+        kQ8PTiles<kChannel>[mr - 1](K, P + m * stride, stride, W + p * ps, out, 16, PanelSpread{});
+      });
+}
+// The whole GEMM on rows of A, rounded a chunk at a time (prepared_chunks.h).
+template <bool kChannel>
+void gemm_nt_q8p_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                      float* C, int64_t ldc) {
+  gemm_prepared_chunks<q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8p_prepared_avx2<kChannel>>(M, n0, n1, K, A, lda, W, 0,
+                                                                                             C, ldc);
+}
+template void gemm_q8p_prepared_avx2<false>(int64_t, int64_t, int64_t, int64_t, const uint8_t*, const void*, int64_t,
+                                            float*, int64_t);
+template void gemm_q8p_prepared_avx2<true>(int64_t, int64_t, int64_t, int64_t, const uint8_t*, const void*, int64_t,
+                                           float*, int64_t);
+template void gemm_nt_q8p_avx2<false>(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const uint8_t*, float*,
+                                      int64_t);
+template void gemm_nt_q8p_avx2<true>(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const uint8_t*, float*,
+                                     int64_t);
+
+namespace {
+
 // ---- element-wise ----------------------------------------------------------
 
 // y[i] = f(x[i]) for i < n, 8 lanes at a time, masked tail. y may alias x.
@@ -966,10 +1154,12 @@ constexpr KernelTable kTable = {
                                kBf16DotRoundedColGroup},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
-    .gemm_nt_q8p16 = gemm_nt_q8p16_scalar,  // no AVX2 kernel for int8 panels
-    .q8p16_prepared = {q8p16_row_bytes_scalar, prepare_q8p16_scalar, gemm_q8p16_prepared_scalar},
-    .gemm_nt_q8cp16 = gemm_nt_q8cp16_scalar,  // no AVX2 kernel for int8 panels
-    .q8cp16_prepared = {q8p16_row_bytes_scalar, prepare_q8p16_scalar, gemm_q8cp16_prepared_scalar},
+    .gemm_nt_q8p16 = gemm_nt_q8p_avx2<false>,
+    .q8p16_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8p_prepared_avx2<false>, prepare_q8_cols_avx2,
+                       kQ8PrepareColGroup},
+    .gemm_nt_q8cp16 = gemm_nt_q8p_avx2<true>,
+    .q8cp16_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8p_prepared_avx2<true>, prepare_q8_cols_avx2,
+                        kQ8PrepareColGroup},
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

@@ -15,7 +15,6 @@
 #include <utility>
 
 #include "kernels/prepared_chunks.h"
-#include "kernels/ref/scalar_q8p16.h"
 #include "kernels/tiles_via_rows.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/bf16dot_round.h"
@@ -923,10 +922,12 @@ constexpr KernelTable kTable = {
                                kBf16DotRoundedColGroup},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
-    .gemm_nt_q8p16 = gemm_nt_q8p16_scalar,  // the VNNI table below replaces it
-    .q8p16_prepared = {q8p16_row_bytes_scalar, prepare_q8p16_scalar, gemm_q8p16_prepared_scalar},
-    .gemm_nt_q8cp16 = gemm_nt_q8cp16_scalar,  // the VNNI table below replaces it
-    .q8cp16_prepared = {q8p16_row_bytes_scalar, prepare_q8p16_scalar, gemm_q8cp16_prepared_scalar},
+    .gemm_nt_q8p16 = gemm_nt_q8p_avx2<false>,  // the VNNI table below replaces it
+    .q8p16_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8p_prepared_avx2<false>, prepare_q8_cols_avx2,
+                       kQ8PrepareColGroup},
+    .gemm_nt_q8cp16 = gemm_nt_q8p_avx2<true>,  // the VNNI table below replaces it
+    .q8cp16_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8p_prepared_avx2<true>, prepare_q8_cols_avx2,
+                        kQ8PrepareColGroup},
     .layernorm = layernorm,
     .rmsnorm = rmsnorm,
     .gelu = gelu,

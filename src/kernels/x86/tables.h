@@ -28,6 +28,15 @@ inline constexpr int64_t kQ8PrepareColGroup = 512;
 void prepare_q8_cols_avx2(int64_t M, int64_t K, int64_t k0, int64_t k1, const float* A, int64_t lda, uint8_t* P);
 void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
                            float* C, int64_t ldc);
+// The AVX2 table's int8 panel GEMMs (KernelTable::gemm_nt_q8p16 and
+// q8p16_prepared; kChannel: gemm_nt_q8cp16 and q8cp16_prepared), on the
+// rows prepare_q8_avx2 writes; also the AVX-512 table's on CPUs without VNNI.
+template <bool kChannel>
+void gemm_nt_q8p_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint8_t* W,
+                      float* C, int64_t ldc);
+template <bool kChannel>
+void gemm_q8p_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
+                            float* C, int64_t ldc);
 // The AVX-512 BF16 dot-product GEMM and its PreparedGemm parts
 // (x86/avx512_bf16.cc); call only when CPUID reports avx512bf16.
 // The GEMMs are instantiated for both prefetch levels (their tiles'
