@@ -644,8 +644,8 @@ __attribute__((always_inline)) inline void q8p_block(const uint8_t* const (&a)[M
 // the channel-scale panels (kQ8CP16), whose blocks take the activation
 // scale only and whose 16 f32 weight scales multiply the sums at the end.
 template <int MR, bool kChannel>
-void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, float* C, int64_t ldc,
-              PanelSpread spread) {
+void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t /*ps: one panel*/, float* C,
+              int64_t ldc, int64_t /*pcs: one panel*/, PanelSpread spread) {
   const int64_t nb = K / 32;
   const uint8_t* w_scales = W + 16 * K;
   __m256 facc[MR][2];
@@ -699,39 +699,9 @@ void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W,
   }
 }
 
-using Q8PTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, float*, int64_t, PanelSpread);
 template <bool kChannel>
 constexpr Q8PTileFn kQ8PTiles[kQ8PMr] = {q8p_tile<1, kChannel>, q8p_tile<2, kChannel>, q8p_tile<3, kChannel>,
                                          q8p_tile<4, kChannel>};
-// Bytes of one panel: q8_panel_bytes / q8c_panel_bytes (util/q8_panel.h:
-// baseline code).
-template <bool kChannel>
-constexpr int64_t q8p_panel_bytes(int64_t K) {
-  return kChannel ? 16 * K + 64 : 17 * K;
-}
-
-// C[M, 16 * p0 .. 16 * p1) over whole panels: up to kQ8PRowChunk rows at a
-// time, panel by panel, each panel reused from L1 by the chunk's row tiles
-// (heights within one of each other), which prefetch the next panel into L2
-// while they compute.
-template <bool kChannel>
-void gemm_q8p_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t* qa, int64_t stride, const uint8_t* W,
-                    float* C, int64_t ldc) {
-  const int64_t ps = q8p_panel_bytes<kChannel>(K);
-  for (int64_t m0 = 0; m0 < M; m0 += kQ8PRowChunk) {
-    const int64_t mc = min64(kQ8PRowChunk, M - m0), ntiles = (mc + kQ8PMr - 1) / kQ8PMr;
-    const uint8_t* a = qa + m0 * stride;
-    float* c = C + m0 * ldc;
-    for (int64_t p = p0; p < p1; ++p) {
-      const PanelSpread spread = panel_spread_after(W + (p + 1) * ps, p + 1 < p1 ? ps : 0, ReadNext{}, 0);
-      for (int64_t r = 0; r < ntiles; ++r) {
-        const RowTile rt = row_tile(mc, r, ntiles, spread);
-        kQ8PTiles<kChannel>[rt.mr - 1](K, a + rt.m * stride, stride, W + p * ps, c + rt.m * ldc + 16 * p, ldc,
-                                       rt.spread);
-      }
-    }
-  }
-}
 
 }  // namespace
 
@@ -740,15 +710,13 @@ void gemm_q8p_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t*
 // computes it whole on the stack (panel_split.h). Also the AVX-512 table's
 // on CPUs without VNNI.
 template <bool kChannel>
-void gemm_q8p_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
+void gemm_q8p_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                             int64_t /*ldw: implied*/, float* C, int64_t ldc) {
-  const auto* W = static_cast<const uint8_t*>(Wv);
-  const int64_t stride = K / 32 * kQ8ActBytes, ps = q8p_panel_bytes<kChannel>(K);
-  gemm_panels_split<kQ8PMr>(
-      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_q8p_whole<kChannel>(M, p0, p1, K, P, stride, W, C, ldc); },
-      [&](int64_t m, int64_t mr, int64_t p, float* out) {
-        kQ8PTiles<kChannel>[mr - 1](K, P + m * stride, stride, W + p * ps, out, 16, PanelSpread{});
-      });
+  // One panel a group (panel_split.h, drive_q8_panels), reused from L1 by
+  // the chunk's row tiles, which prefetch the next panel into L2.
+  gemm_q8_panels_prepared<kQ8PRowChunk, kQ8PMr, 1, kChannel>(
+      M, n0, n1, K, P, K / 32 * kQ8ActBytes, static_cast<const uint8_t*>(W), C, ldc,
+      [](int64_t mr, int64_t) { return kQ8PTiles<kChannel>[mr - 1]; });
 }
 // The whole GEMM on rows of A, rounded a chunk at a time (prepared_chunks.h).
 template <bool kChannel>

@@ -462,8 +462,6 @@ void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W,
     for (int j = 0; j < NP; ++j) _mm512_storeu_ps(C + i * ldc + j * pcs, facc[i][j]);
 }
 
-using Q8PTileFn = void (*)(int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, float*, int64_t, int64_t,
-                           PanelSpread);
 // kQ8PTiles<C>[(mr - 1) * kQ8PNp + np - 1] = q8p_tile<mr, np, C>.
 template <bool kChannel, int... I>
 constexpr auto make_q8p_tiles(std::integer_sequence<int, I...>) {
@@ -471,41 +469,14 @@ constexpr auto make_q8p_tiles(std::integer_sequence<int, I...>) {
 }
 template <bool kChannel>
 constexpr auto kQ8PTiles = make_q8p_tiles<kChannel>(std::make_integer_sequence<int, kQ8PMr * kQ8PNp>{});
-// Bytes of one panel: q8_panel_bytes / q8c_panel_bytes (util/q8_panel.h:
-// baseline code).
-template <bool kChannel>
-constexpr int64_t q8p_panel_bytes(int64_t K) {
-  return kChannel ? 16 * K + 64 : 17 * K;
-}
 
-// C[M, 16 * p0 .. 16 * p1) over whole panels: up to kQ8PRowChunk rows at a
-// time, over groups of kQ8PNp panels, each reused from cache by all the
-// chunk's row tiles (heights within one of each other), which prefetch the
-// next group into L2 while they compute. The chunk keeps a group's rows of
-// A in L1 beside it: one thread, bench_kernels
-// avx512/gemm_nt_q8p16_stream (Zen 4, GOP/s), all rows at once -> 16 at a
-// time: M32 N1536 K512 287 -> 310, M48 282 -> 319, M32 N512 K1536 302 ->
-// 319; M16 and W in cache unchanged (8 rows at a time: the same within 3%).
+// Rows of A a panel group is reused over (panel_split.h, drive_q8_panels).
+// The chunk keeps a group's rows of A in L1 beside it: one thread,
+// bench_kernels avx512/gemm_nt_q8p16_stream (Zen 4, GOP/s), all rows at once
+// -> 16 at a time: M32 N1536 K512 287 -> 310, M48 282 -> 319, M32 N512 K1536
+// 302 -> 319; M16 and W in cache unchanged (8 rows at a time: the same
+// within 3%).
 constexpr int64_t kQ8PRowChunk = 16;
-template <bool kChannel>
-void gemm_q8p_whole(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t* qa, int64_t stride, const uint8_t* W,
-                    float* C, int64_t ldc) {
-  const int64_t ps = q8p_panel_bytes<kChannel>(K);
-  for (int64_t m0 = 0; m0 < M; m0 += kQ8PRowChunk) {
-    const int64_t mc = min64(kQ8PRowChunk, M - m0), ntiles = (mc + kQ8PMr - 1) / kQ8PMr;
-    const uint8_t* a = qa + m0 * stride;
-    float* c = C + m0 * ldc;
-    for (int64_t p = p0; p < p1; p += kQ8PNp) {
-      const int64_t np = min64(kQ8PNp, p1 - p), nn = min64(kQ8PNp, p1 - p - np);
-      const PanelSpread spread = panel_spread_after(W + (p + np) * ps, nn * ps, ReadNext{}, 0);
-      for (int64_t r = 0; r < ntiles; ++r) {
-        const RowTile rt = row_tile(mc, r, ntiles, spread);
-        kQ8PTiles<kChannel>[(rt.mr - 1) * kQ8PNp + np - 1](K, a + rt.m * stride, stride, W + p * ps, ps,
-                                                           c + rt.m * ldc + 16 * p, ldc, 16, rt.spread);
-      }
-    }
-  }
-}
 
 }  // namespace
 
@@ -539,15 +510,11 @@ void gemm_nt_q8_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const f
 // (panel_split.h). Independent of the prefetch level: its tiles prefetch
 // into L2 as the f32 panel tiles do.
 template <bool kChannel>
-void gemm_q8p_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* Wv,
+void gemm_q8p_prepared_avx512vnni(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
                                   int64_t /*ldw: implied*/, float* C, int64_t ldc) {
-  const auto* W = static_cast<const uint8_t*>(Wv);
-  const int64_t stride = K / 32 * kQ8ActBytes, ps = q8p_panel_bytes<kChannel>(K);
-  gemm_panels_split<kQ8PMr>(
-      M, n0, n1, C, ldc, [&](int64_t p0, int64_t p1) { gemm_q8p_whole<kChannel>(M, p0, p1, K, P, stride, W, C, ldc); },
-      [&](int64_t m, int64_t mr, int64_t p, float* out) {
-        kQ8PTiles<kChannel>[(mr - 1) * kQ8PNp](K, P + m * stride, stride, W + p * ps, ps, out, 16, 16, PanelSpread{});
-      });
+  gemm_q8_panels_prepared<kQ8PRowChunk, kQ8PMr, kQ8PNp, kChannel>(
+      M, n0, n1, K, P, K / 32 * kQ8ActBytes, static_cast<const uint8_t*>(W), C, ldc,
+      [](int64_t mr, int64_t np) { return kQ8PTiles<kChannel>[(mr - 1) * kQ8PNp + np - 1]; });
 }
 // The whole GEMM on rows of A, rounded a chunk at a time (prepared_chunks.h).
 template <bool kChannel>

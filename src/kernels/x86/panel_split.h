@@ -1,11 +1,12 @@
-// Column ranges of the panel GEMMs (gemm_nt_p16 / gemm_nt_bf16p16), and the
-// prefetch spread of their prefill tiles, shared by the AVX2 and AVX-512
-// tables: a range [n0, n1) is split into the whole
-// panels the table's tiles run over and the partial panels at its edges
-// (a thread's share may cut a panel), which are computed whole into a stack
-// tile and copied out. No intrinsics. Everything is in an anonymous
-// namespace, so each ISA translation unit compiles its own copy with its own
-// flags and no inline function is shared between them at link time.
+// Column ranges of the panel GEMMs (gemm_nt_p16 / gemm_nt_bf16p16 and the
+// int8 panels), the int8 panels' driver, and the prefetch spread of their
+// prefill tiles, shared by the AVX2 and AVX-512 tables: a range [n0, n1) is
+// split into the whole panels the table's tiles run over and the partial
+// panels at its edges (a thread's share may cut a panel), which are
+// computed whole into a stack tile and copied out. No intrinsics.
+// Everything is in an anonymous namespace, so each ISA translation unit
+// compiles its own copy with its own flags and no inline function is shared
+// between them at link time.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +76,45 @@ inline void panel_spread_step(const PanelSpread& s, SpreadState& st, int64_t ste
   }
 }
 
+// Bytes of one int8 panel of K columns: q8_panel_bytes / q8c_panel_bytes
+// (util/q8_panel.h, not included: baseline code).
+template <bool kChannel>
+constexpr int64_t q8p_panel_bytes(int64_t K) {
+  return kChannel ? 16 * K + 64 : 17 * K;
+}
+
+// An int8 panel tile: prepared rows qa[0..mr) (qa_stride bytes apart) .
+// (np panels from W, ps bytes apart)^T, panel j's 16 outputs of row i at
+// C + i * ldc + j * pcs; spreads `spread`'s prefetches over its blocks.
+using Q8PTileFn = void (*)(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t ps, float* C,
+                           int64_t ldc, int64_t pcs, PanelSpread spread);
+
+// C[M, 16 * p0 .. 16 * p1) over whole int8 panels (gemm_nt_q8p16 and
+// gemm_nt_q8cp16, shared by the AVX2 and VNNI tables): up to kRowChunk rows
+// at a time, over groups of kNp panels, each reused from cache by all the
+// chunk's row tiles (heights within one of each other), which prefetch the
+// next group into L2 while they compute. tile(mr, np): the table's tile
+// for mr <= kMr rows and np <= kNp panels.
+template <int64_t kRowChunk, int kMr, int kNp, bool kChannel, class TileFor>
+void drive_q8_panels(int64_t M, int64_t p0, int64_t p1, int64_t K, const uint8_t* qa, int64_t stride, const uint8_t* W,
+                     float* C, int64_t ldc, TileFor tile) {
+  const int64_t ps = q8p_panel_bytes<kChannel>(K);
+  for (int64_t m0 = 0; m0 < M; m0 += kRowChunk) {
+    const int64_t mc = M - m0 < kRowChunk ? M - m0 : kRowChunk, ntiles = (mc + kMr - 1) / kMr;
+    const uint8_t* a = qa + m0 * stride;
+    float* c = C + m0 * ldc;
+    for (int64_t p = p0; p < p1; p += kNp) {
+      const int64_t np = p1 - p < kNp ? p1 - p : kNp, left = p1 - p - np, nn = left < kNp ? left : kNp;
+      const PanelSpread spread = panel_spread_after(W + (p + np) * ps, nn * ps, ReadNext{}, 0);
+      for (int64_t r = 0; r < ntiles; ++r) {
+        const RowTile rt = row_tile(mc, r, ntiles, spread);
+        tile(rt.mr, np)(K, a + rt.m * stride, stride, W + p * ps, ps, c + rt.m * ldc + kPanel * p, ldc, kPanel,
+                        rt.spread);
+      }
+    }
+  }
+}
+
 // whole(p0, p1): C[M, 16 * p0 .. 16 * p1) over whole panels.
 // tile(m, mr, panel, out): rows m .. m + mr of A (mr <= kTileMr) against one
 // whole panel into out[mr, 16] (row stride 16).
@@ -99,6 +139,24 @@ void gemm_panels_split(int64_t M, int64_t n0, int64_t n1, float* C, int64_t ldc,
   if (n0 % kPanel != 0) part(n0 / kPanel, n0 % kPanel, kPanel);
   whole(first_whole, end_whole);
   if (n1 % kPanel != 0) part(end_whole, 0, n1 % kPanel);
+}
+
+// The int8 panel GEMM on prepared rows (PreparedGemm::gemm of q8p16_prepared
+// and q8cp16_prepared), P's rows `stride` bytes apart: [n0, n1) split as
+// gemm_panels_split splits it, the whole panels through drive_q8_panels, a
+// panel the range cuts by tile(mr, 1) on the stack.
+template <int64_t kRowChunk, int kMr, int kNp, bool kChannel, class TileFor>
+void gemm_q8_panels_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, int64_t stride,
+                             const uint8_t* W, float* C, int64_t ldc, TileFor tile) {
+  const int64_t ps = q8p_panel_bytes<kChannel>(K);
+  gemm_panels_split<kMr>(
+      M, n0, n1, C, ldc,
+      [&](int64_t p0, int64_t p1) {
+        drive_q8_panels<kRowChunk, kMr, kNp, kChannel>(M, p0, p1, K, P, stride, W, C, ldc, tile);
+      },
+      [&](int64_t m, int64_t mr, int64_t p, float* out) {
+        tile(mr, 1)(K, P + m * stride, stride, W + p * ps, ps, out, kPanel, kPanel, PanelSpread{});
+      });
 }
 
 }  // namespace
