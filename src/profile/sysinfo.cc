@@ -113,6 +113,15 @@ bool cpu_has_vnni() {
   return kernels::detect_isa() >= kernels::Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
 }
 
+// The loop timing the int8 product the kernels run here
+// (SysInfo::int8_gops_per_core); nullptr: the scalar table.
+using Int8Loop = int32_t (*)(int64_t, double*);
+Int8Loop int8_dot_loop() {
+  if (cpu_has_vnni()) return detail::dpbusd_loop_avx512;
+  if (kernels::detect_isa() >= kernels::Isa::kAvx2) return detail::maddubs_loop_avx2;
+  return nullptr;
+}
+
 // The level the kernels can reach plus the extensions that matter for
 // low-precision kernels (present or future), so a report says at a glance
 // whether bf16/int8 paths are possible here.
@@ -294,6 +303,11 @@ double timed_run(ThreadPool& pool, Body& body) {
 }
 
 }  // namespace
+
+const char* int8_dot_instruction() {
+  if (cpu_has_vnni()) return "vpdpbusd";
+  return int8_dot_loop() != nullptr ? "vpmaddubsw + vpmaddwd" : nullptr;
+}
 
 double measure_round_trip_ns(ThreadPool& pool, int trips) {
   if (pool.size() < 2 || trips < 5) return 0;
@@ -720,7 +734,7 @@ StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& requested) {
   if (cpu_has_bf16()) info.bf16_gflops_per_core = peak(detail::dpbf16_loop_avx512, nullptr);
   if (cpu_has_amx()) info.amx_bf16_gflops_per_core = peak(detail::tdpbf16_loop_amx, nullptr);
   if (cpu_has_amx_int8()) info.amx_int8_gops_per_core = peak(detail::tdpbssd_loop_amx, nullptr);
-  if (cpu_has_vnni()) info.int8_gops_per_core = peak(detail::dpbusd_loop_avx512, nullptr);
+  if (const Int8Loop loop = int8_dot_loop()) info.int8_gops_per_core = peak(loop, nullptr);
   if (all.size() > 1) info.core_round_trip_ns = measure_round_trip_ns(all);
   return info;
 }
@@ -767,7 +781,8 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
           cached->max_measured_threads() >= want_threads &&
           cached->bytes_per_measurement >= 2 * (array_bytes / 4096 * 4096) &&
           (cached->amx_bf16_gflops_per_core.has_value() || !cpu_has_amx()) &&
-          (cached->amx_int8_gops_per_core.has_value() || !cpu_has_amx_int8())) {
+          (cached->amx_int8_gops_per_core.has_value() || !cpu_has_amx_int8()) &&
+          (cached->int8_gops_per_core.has_value() || int8_dot_loop() == nullptr)) {
         cached->kernel_isa = std::string(kernels::isa_name(kernels::best_table().isa));
         return cached;
       }
@@ -857,7 +872,7 @@ StatusOr<PeaksNow> PeakProbe::measure(double seconds, int runs) {
       peak_ops_per_s(pool, seconds, runs, impl_->loops.fma != nullptr ? impl_->loops.fma : scalar_fma_loop) / 1e9;
   if (cpu_has_bf16()) p.bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::dpbf16_loop_avx512) / 1e9;
   if (cpu_has_amx()) p.amx_bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::tdpbf16_loop_amx) / 1e9;
-  if (cpu_has_vnni()) p.int8_gops = peak_ops_per_s(pool, seconds, runs, detail::dpbusd_loop_avx512) / 1e9;
+  if (const Int8Loop loop = int8_dot_loop()) p.int8_gops = peak_ops_per_s(pool, seconds, runs, loop) / 1e9;
   p.round_trip_ns = measure_round_trip_ns(pool);  // the same threads, right after
   return p;
 }

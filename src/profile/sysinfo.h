@@ -52,7 +52,10 @@ struct SysInfo {
   // TDPBSSD (AMX-INT8), which no kernel uses (docs/performance.md, "int8 on
   // the tile unit"): the machine's int8 peak. nullopt: no AMX-INT8.
   std::optional<double> amx_int8_gops_per_core;
-  std::optional<double> int8_gops_per_core;    // vpdpbusd (AVX512-VNNI); nullopt: the CPU lacks it
+  // The int8 product the int8 kernels run: vpdpbusd (AVX512-VNNI), else
+  // AVX2's vpsignb + vpmaddubsw + vpmaddwd + vpaddd (int8_dot_instruction);
+  // nullopt: neither (the scalar table).
+  std::optional<double> int8_gops_per_core;
   // Two threads handing a cache line back and forth: ns per round trip
   // (measure_round_trip_ns); nullopt with one thread. 50-65 and 300-400 in
   // the two placements of the host in docs/performance.md (read as cores
@@ -97,6 +100,10 @@ int64_t default_bytes_per_array();
 StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& options);
 StatusOr<SysInfo> measure_sysinfo(int max_threads);
 StatusOr<SysInfo> measure_sysinfo(int max_threads, int64_t bytes_per_array);
+
+// The instruction SysInfo::int8_gops_per_core times on this CPU, as text
+// ("vpdpbusd", "vpmaddubsw + vpmaddwd"); nullptr: none.
+const char* int8_dot_instruction();
 
 // The cache file: $K3_CACHE_DIR/sysinfo.json, else $XDG_CACHE_HOME/k3/...,
 // else ~/.cache/k3/...; empty if none of those variables is set.
@@ -203,6 +210,7 @@ float fma_loop_avx2(int64_t iters, double* ops);
 float fma_loop_avx512(int64_t iters, double* ops);
 float dpbf16_loop_avx512(int64_t iters, double* ops);  // needs AVX512-BF16
 int32_t dpbusd_loop_avx512(int64_t iters, double* ops);  // needs AVX512-VNNI
+int32_t maddubs_loop_avx2(int64_t iters, double* ops);   // needs AVX2
 float tdpbf16_loop_amx(int64_t iters, double* ops);      // needs kernels::Isa::kAmx
 float tdpbssd_loop_amx(int64_t iters, double* ops);      // needs kAmx and amx-int8
 }  // namespace detail

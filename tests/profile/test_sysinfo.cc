@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -74,7 +75,10 @@ TEST(SysInfo, MeasuresPositiveFiniteNumbers) {
   // Present exactly when the CPU has the instruction; never invented.
   __builtin_cpu_init();
   EXPECT_EQ(s->bf16_gflops_per_core.has_value(), static_cast<bool>(__builtin_cpu_supports("avx512bf16")));
-  EXPECT_EQ(s->int8_gops_per_core.has_value(), static_cast<bool>(__builtin_cpu_supports("avx512vnni")));
+  // The int8 product peak wherever an int8 kernel runs on SIMD: vpdpbusd
+  // with AVX512-VNNI, AVX2's vpmaddubsw sequence otherwise.
+  EXPECT_EQ(s->int8_gops_per_core.has_value(), kernels::detect_isa() >= kernels::Isa::kAvx2);
+  EXPECT_EQ(profile::int8_dot_instruction() != nullptr, s->int8_gops_per_core.has_value());
   // Measured with 2 threads (small_options), positive and finite.
   ASSERT_TRUE(s->core_round_trip_ns.has_value());
   EXPECT_TRUE(positive_finite(*s->core_round_trip_ns));
@@ -165,6 +169,16 @@ TEST(SysInfoLoops, ComputeWhatTheyClaim) {
   double ops = 0;
   EXPECT_TRUE(std::isfinite(detail::fma_loop_avx2(100, &ops)));
   EXPECT_EQ(ops, 100.0 * 12 * 8 * 2);
+  {
+    // 4 accumulators starting at k in each of their 8 lanes; accumulator k
+    // adds 4 products of activation {3, -5}[k / 2] and weight {-2, 4}[k % 2]
+    // per step in each lane.
+    const int32_t r = detail::maddubs_loop_avx2(100, &ops);
+    EXPECT_EQ(ops, 100.0 * 4 * 64);
+    int32_t per_step = 0;
+    for (int k = 0; k < 4; ++k) per_step += 4 * std::array{3, -5}[k / 2] * std::array{-2, 4}[k % 2];
+    EXPECT_EQ(r, 8 * (0 + 3) * 4 / 2 + 8 * 100 * per_step);
+  }
   if (avx512) {
     EXPECT_TRUE(std::isfinite(detail::fma_loop_avx512(100, &ops)));
     EXPECT_EQ(ops, 100.0 * 16 * 16 * 2);

@@ -1,5 +1,6 @@
 // AVX2/FMA measurement loops for sysinfo: streaming read/copy/triad and the
-// register-resident fp32 FMA peak, for CPUs without AVX-512 (built with
+// register-resident fp32 FMA and int8 product peaks, for CPUs without
+// AVX-512 or without its VNNI (built with
 // K3_AVX2_FLAGS; sysinfo.cc checks CPUID before calling).
 #include <immintrin.h>
 
@@ -73,6 +74,40 @@ float fma_loop_avx2(int64_t iters, double* ops) {
   *ops = static_cast<double>(iters) * kAcc * 8 * 2;
   float sum = 0;
   for (float v : lanes) sum += v;
+  return sum;
+}
+
+// AVX2's exact int8 product, the int8 kernels' step (kernels/x86/avx2.cc):
+// 32 signed byte products summed into 8 int32 lanes by vpsignb, vpmaddubsw
+// (the activations' magnitudes against the weights carrying their signs),
+// vpmaddwd by ones and vpaddd, 64 operations. 4 independent chains, one per
+// pair of 2 weight and 2 activation vectors, so no two share a product; the
+// weights pass through an empty asm every iteration, as loads would give
+// them, so the compiler cannot hoist the products out of the loop. Each
+// chain waits only on its vpaddd; with 6 chains (or an array of them) GCC 12
+// spilled accumulators to the stack.
+int32_t maddubs_loop_avx2(int64_t iters, double* ops) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i a0 = _mm256_set1_epi8(3), a1 = _mm256_set1_epi8(-5);
+  const __m256i m0 = _mm256_sign_epi8(a0, a0), m1 = _mm256_sign_epi8(a1, a1);
+  __m256i w0 = _mm256_set1_epi8(-2), w1 = _mm256_set1_epi8(4);
+  __m256i c0 = _mm256_set1_epi32(0), c1 = _mm256_set1_epi32(1), c2 = _mm256_set1_epi32(2), c3 = _mm256_set1_epi32(3);
+  auto step = [&](__m256i c, __m256i m, __m256i a, __m256i w) {
+    return _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(w, a)), ones));
+  };
+  for (int64_t i = 0; i < iters; ++i) {
+    asm volatile("" : "+x"(w0), "+x"(w1));
+    c0 = step(c0, m0, a0, w0);
+    c1 = step(c1, m0, a0, w1);
+    c2 = step(c2, m1, a1, w0);
+    c3 = step(c3, m1, a1, w1);
+  }
+  const __m256i total = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
+  *ops = static_cast<double>(iters) * 4 * 64;
+  int32_t sum = 0;
+  for (int32_t v : lanes) sum += v;
   return sum;
 }
 
