@@ -113,13 +113,18 @@ bool cpu_has_vnni() {
   return kernels::detect_isa() >= kernels::Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
 }
 
-// The loop timing the int8 product the kernels run here
-// (SysInfo::int8_gops_per_core); nullptr: the scalar table.
+// The int8 product the kernels run here (SysInfo::int8_gops_per_core): the
+// loop that times it and its instructions; {nullptr, nullptr} on the
+// scalar table.
 using Int8Loop = int32_t (*)(int64_t, double*);
-Int8Loop int8_dot_loop() {
-  if (cpu_has_vnni()) return detail::dpbusd_loop_avx512;
-  if (kernels::detect_isa() >= kernels::Isa::kAvx2) return detail::maddubs_loop_avx2;
-  return nullptr;
+struct Int8Dot {
+  Int8Loop loop;
+  const char* name;
+};
+Int8Dot int8_dot() {
+  if (cpu_has_vnni()) return {detail::dpbusd_loop_avx512, "vpdpbusd"};
+  if (kernels::detect_isa() >= kernels::Isa::kAvx2) return {detail::maddubs_loop_avx2, "vpmaddubsw + vpmaddwd"};
+  return {nullptr, nullptr};
 }
 
 // The level the kernels can reach plus the extensions that matter for
@@ -305,8 +310,7 @@ double timed_run(ThreadPool& pool, Body& body) {
 }  // namespace
 
 const char* int8_dot_instruction() {
-  if (cpu_has_vnni()) return "vpdpbusd";
-  return int8_dot_loop() != nullptr ? "vpmaddubsw + vpmaddwd" : nullptr;
+  return int8_dot().name;
 }
 
 double measure_round_trip_ns(ThreadPool& pool, int trips) {
@@ -734,7 +738,7 @@ StatusOr<SysInfo> measure_sysinfo(const MeasureOptions& requested) {
   if (cpu_has_bf16()) info.bf16_gflops_per_core = peak(detail::dpbf16_loop_avx512, nullptr);
   if (cpu_has_amx()) info.amx_bf16_gflops_per_core = peak(detail::tdpbf16_loop_amx, nullptr);
   if (cpu_has_amx_int8()) info.amx_int8_gops_per_core = peak(detail::tdpbssd_loop_amx, nullptr);
-  if (const Int8Loop loop = int8_dot_loop()) info.int8_gops_per_core = peak(loop, nullptr);
+  if (const Int8Loop loop = int8_dot().loop) info.int8_gops_per_core = peak(loop, nullptr);
   if (all.size() > 1) info.core_round_trip_ns = measure_round_trip_ns(all);
   return info;
 }
@@ -782,7 +786,7 @@ StatusOr<SysInfo> load_or_measure_sysinfo(const MeasureOptions& options, bool re
           cached->bytes_per_measurement >= 2 * (array_bytes / 4096 * 4096) &&
           (cached->amx_bf16_gflops_per_core.has_value() || !cpu_has_amx()) &&
           (cached->amx_int8_gops_per_core.has_value() || !cpu_has_amx_int8()) &&
-          (cached->int8_gops_per_core.has_value() || int8_dot_loop() == nullptr)) {
+          (cached->int8_gops_per_core.has_value() || int8_dot().loop == nullptr)) {
         cached->kernel_isa = std::string(kernels::isa_name(kernels::best_table().isa));
         return cached;
       }
@@ -872,7 +876,7 @@ StatusOr<PeaksNow> PeakProbe::measure(double seconds, int runs) {
       peak_ops_per_s(pool, seconds, runs, impl_->loops.fma != nullptr ? impl_->loops.fma : scalar_fma_loop) / 1e9;
   if (cpu_has_bf16()) p.bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::dpbf16_loop_avx512) / 1e9;
   if (cpu_has_amx()) p.amx_bf16_gflops = peak_ops_per_s(pool, seconds, runs, detail::tdpbf16_loop_amx) / 1e9;
-  if (const Int8Loop loop = int8_dot_loop()) p.int8_gops = peak_ops_per_s(pool, seconds, runs, loop) / 1e9;
+  if (const Int8Loop loop = int8_dot().loop) p.int8_gops = peak_ops_per_s(pool, seconds, runs, loop) / 1e9;
   p.round_trip_ns = measure_round_trip_ns(pool);  // the same threads, right after
   return p;
 }

@@ -50,10 +50,10 @@ void print_table(const profile::SysInfo& s) {
   std::printf("peak bf16 dot      %s\n", optional_text(s.bf16_gflops_per_core, "GFLOP/s").c_str());
   std::printf("peak bf16 amx      %s\n", optional_text(s.amx_bf16_gflops_per_core, "GFLOP/s").c_str());
   std::printf("peak int8 amx      %s\n", optional_text(s.amx_int8_gops_per_core, "GOP/s").c_str());
-  const char* dot = profile::int8_dot_instruction();
-  std::printf("peak int8 dot      %s%s%s%s\n", optional_text(s.int8_gops_per_core, "GOP/s").c_str(),
-              s.int8_gops_per_core && dot ? " (" : "", s.int8_gops_per_core && dot ? dot : "",
-              s.int8_gops_per_core && dot ? ")" : "");
+  std::string int8_dot = optional_text(s.int8_gops_per_core, "GOP/s");
+  if (const char* name = profile::int8_dot_instruction(); s.int8_gops_per_core && name)
+    int8_dot += std::string(" (") + name + ")";
+  std::printf("peak int8 dot      %s\n", int8_dot.c_str());
   if (s.core_round_trip_ns)
     std::printf(
         "core round trip    %.0f ns (threads 0 and 1 handing a cache line back and forth; on one host "

@@ -606,12 +606,6 @@ void gemm_nt_bf16p16(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
 constexpr int kQ8PMr = 4;
 constexpr int64_t kQ8PRowChunk = 16;  // rows of A over which a panel is reused from L1 (as the VNNI table)
 
-inline int32_t load_i32(const uint8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return v;
-}
-
 // One block of 32 k: a[i] is row i's first word of the block, w the
 // panel's first byte of it, step the bytes between a row's words t and
 // t + 1 (64 in a full group, known at compile time there).

@@ -355,11 +355,6 @@ static_assert(kQ8FarNr1<Prefetch::kL2> <= kQ8Nr, "the L2 level's one-row tile is
 constexpr int kQ8PMr = 4;  // rows of A per prefill tile
 constexpr int kQ8PNp = 2;  // panels per tile: 4 x 2 holds 8 int and 8 f32 accumulators and 2 W in zmm
 
-inline int32_t load_i32(const uint8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return v;
-}
 inline float load_f32(const uint8_t* p) {
   float v;
   __builtin_memcpy(&v, p, 4);

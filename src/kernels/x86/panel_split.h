@@ -76,6 +76,14 @@ inline void panel_spread_step(const PanelSpread& s, SpreadState& st, int64_t ste
   }
 }
 
+// The 4 bytes at p (a prepared activation row's word, broadcast by the int8
+// panel tiles), unaligned.
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
+
 // Bytes of one int8 panel of K columns: q8_panel_bytes / q8c_panel_bytes
 // (util/q8_panel.h, not included: baseline code).
 template <bool kChannel>
