@@ -23,7 +23,9 @@ namespace k3::k3m {
 inline constexpr char kMagic[8] = {'K', '3', 'M', 'O', 'D', 'E', 'L', '\0'};
 // 2: kQ8 rows interleave their int8 values across 16-block groups (util/quant.h).
 // 3: kQ8 block scales are f16 (1.0625 bytes per weight, llama.cpp's Q8_0 size).
-inline constexpr uint32_t kVersion = 3;
+// 4: kQ8 rows keep each 16-block group's scales after its values, not all
+//    scales after all values (read front to back).
+inline constexpr uint32_t kVersion = 4;
 inline constexpr uint64_t kHeaderBytes = 128;
 inline constexpr uint64_t kDataAlign = 4096;  // data section start
 inline constexpr uint64_t kTensorAlign = 64;  // each tensor within it

@@ -6,8 +6,8 @@
 //
 // kQ8 is the compiler's int8 weight format (`k3 compile --precision int8`),
 // a block-quantized matrix [N, K] with K a multiple of kQ8Block: each row is
-// its K int8 values followed by its K/32 f32 scales, weight[n, k] =
-// float(q[n, k]) * scale[n, k / 32]. It is not per-element sized, so byte
+// groups of 16 blocks, a group's int8 values followed by its f16 scales
+// (util/quant.h), weight[n, k] = float(q[n, k]) * scale[n, k / 32]. It is not per-element sized, so byte
 // counts go through dtype_bytes(), never numel * dtype_size().
 //
 // kF32P16 and kBF16P16 are the compiler's panel layouts of a matrix [N, K]
@@ -89,6 +89,10 @@ static_assert(kTileRows == kPanelRows);
 inline constexpr int64_t kQ8MaxCols = 32768;
 // Bytes of one kQ8 block scale (f16, util/quant.h).
 inline constexpr int64_t kQ8ScaleBytes = 2;
+// Blocks of a kQ8 row group, and the bytes of a full one: its int8 values,
+// then their scales (util/quant.h).
+inline constexpr int64_t kQ8GroupBlocks = 16;
+inline constexpr int64_t kQ8GroupBytes = kQ8GroupBlocks * (kQ8Block + kQ8ScaleBytes);
 // Bytes of one kQ8CP16 channel scale (f32, util/q8_panel.h).
 inline constexpr int64_t kQ8ChannelScaleBytes = 4;
 // Bytes of one kQ8 row of k elements (k % kQ8Block == 0).

@@ -105,9 +105,9 @@ inline float q8c_panel_weight(const uint8_t* W, int64_t K, int64_t n, int64_t k)
 inline bool q8_rows_share_scale(const uint8_t* src, int64_t N, int64_t K) {
   const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
   for (int64_t n = 0; n < N; ++n) {
-    const uint8_t* scales = src + n * rb + K;
+    const uint8_t* row = src + n * rb;
     for (int64_t b = 1; b < K / ir::kQ8Block; ++b)
-      if (std::memcmp(scales, scales + b * ir::kQ8ScaleBytes, ir::kQ8ScaleBytes) != 0) return false;
+      if (std::memcmp(row + q8_scale_offset(0, K), row + q8_scale_offset(b, K), ir::kQ8ScaleBytes) != 0) return false;
   }
   return true;
 }
@@ -155,7 +155,7 @@ inline void pack_q8_panels(const uint8_t* src, int64_t N, int64_t K, uint8_t* ds
       const uint8_t* row = src + (p * ir::kPanelRows + c) * rb;
       for (int64_t b = 0; b < K / ir::kQ8Block; ++b)
         std::memcpy(panel + ir::kPanelRows * K + (b * ir::kPanelRows + c) * ir::kQ8ScaleBytes,
-                    row + K + b * ir::kQ8ScaleBytes, ir::kQ8ScaleBytes);
+                    row + q8_scale_offset(b, K), ir::kQ8ScaleBytes);
     }
   }
 }

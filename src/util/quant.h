@@ -6,20 +6,24 @@
 //   (an all-zero block has scale 0 and q 0; a block holding NaN or inf, or a
 //   weight beyond kQ8MaxAbs, has scale NaN and q 0, so it yields NaN as f32
 //   would for NaN and inf, and never a silently zeroed block).
-// A row of K weights (K % 32 == 0) is stored as its K int8 values followed by
-// its K/32 f16 scales: one contiguous stream per row, q8_row_bytes(K) =
-// 1.0625 K bytes, the int8 part first so the kernels' wide loads stay aligned
-// with the row. These are llama.cpp's Q8_0 bytes (32 int8 + an f16 scale per
-// block), in another order. The scale is rounded up, so max|w| / scale <= 127
+// A row of K weights (K % 32 == 0) is stored in groups of 16 blocks (512
+// weights; the row's last group holds the r = 1..16 blocks that are left):
+// a group's r * 32 int8 values, then its r f16 scales, so q8_row_bytes(K) =
+// 1.0625 K bytes and a row is read front to back, its scales inside the
+// stream. (Up to .k3m version 3 all K/32 scales followed all K values: a
+// 1536-wide row then read its scales 1.5 KiB ahead of its values, and one
+// AVX2 thread streamed the experts' down projections at 10-13 GB/s against
+// 14-18 with the scales in cache; docs/performance.md.) These are
+// llama.cpp's Q8_0 bytes (32 int8 + an f16 scale per block), in another
+// order. The scale is rounded up, so max|w| / scale <= 127
 // and no weight is clamped; a block with max|w| < 7.8e-3 gets a subnormal
 // scale (a coarser grid, steps no finer than 6e-8), and one whose scale would
 // overflow f16 (max|w| > kQ8MaxAbs) is not quantized at all: the compiler
 // keeps such a matrix f32.
 //
-// The int8 values are interleaved four bytes at a time across groups of 16
-// blocks (512 weights; the row's last group holds the r = 1..16 blocks that
-// are left): group g stores, for t = 0..7, bytes 4t..4t+3 of each of its r
-// blocks in turn. So one 64-byte load of a full group gives 4 consecutive
+// The int8 values are interleaved four bytes at a time across a group's
+// blocks: group g's values store, for t = 0..7, bytes 4t..4t+3 of each of its
+// r blocks in turn. So one 64-byte load of a full group gives 4 consecutive
 // weights of 16 different blocks: a 32-bit lane per block, which is what
 // VNNI's vpdpbusd accumulates (lane l sums block l's 32 products exactly in 8
 // steps), and a group's 16 scales are one vector. q8_offset has the map.
@@ -38,12 +42,24 @@ namespace k3 {
 // Largest weight magnitude the int8 format stores: 127 x the largest f16.
 inline constexpr float kQ8MaxAbs = 127.0f * 65504.0f;
 
+// Blocks in group g of a kQ8 row of k_dim weights: 16, or what is left.
+inline int64_t q8_group_blocks(int64_t g, int64_t k_dim) {
+  const int64_t blocks = k_dim / ir::kQ8Block - g * ir::kQ8GroupBlocks;
+  return blocks < ir::kQ8GroupBlocks ? blocks : ir::kQ8GroupBlocks;
+}
+
 // Byte offset of weight k within a kQ8 row of k_dim weights (the layout above).
 inline int64_t q8_offset(int64_t k, int64_t k_dim) {
-  const int64_t g = k / 512, blocks = k_dim / ir::kQ8Block - g * 16;
-  const int64_t r = blocks < 16 ? blocks : 16;  // blocks in this group
+  const int64_t g = k / 512, r = q8_group_blocks(g, k_dim);
   const int64_t l = k % 512 / ir::kQ8Block, i = k % ir::kQ8Block;
-  return g * 512 + i / 4 * (4 * r) + 4 * l + i % 4;
+  return g * ir::kQ8GroupBytes + i / 4 * (4 * r) + 4 * l + i % 4;
+}
+
+// Byte offset of block b's f16 scale within a kQ8 row of k_dim weights:
+// after its group's values.
+inline int64_t q8_scale_offset(int64_t b, int64_t k_dim) {
+  const int64_t g = b / ir::kQ8GroupBlocks;
+  return g * ir::kQ8GroupBytes + q8_group_blocks(g, k_dim) * ir::kQ8Block + b % ir::kQ8GroupBlocks * ir::kQ8ScaleBytes;
 }
 
 // The f16 scale of weights whose largest magnitude is amax (finite: all of
@@ -69,7 +85,7 @@ inline void quantize_q8_block(const float* x, uint16_t h, int64_t b, int64_t k_d
     const float clamped = std::fmin(127.0f, std::fmax(-127.0f, q));
     dst[q8_offset(b * ir::kQ8Block + i, k_dim)] = static_cast<uint8_t>(static_cast<int8_t>(clamped));
   }
-  std::memcpy(dst + k_dim + b * ir::kQ8ScaleBytes, &h, 2);
+  std::memcpy(dst + q8_scale_offset(b, k_dim), &h, 2);
 }
 
 // Largest magnitude of x[0..n), and whether every value is finite.
@@ -108,7 +124,7 @@ inline void quantize_q8_row_channel(const float* src, int64_t k_dim, uint8_t* ds
 // Block `block`'s scale, widened to f32.
 inline float q8_scale(const uint8_t* row, int64_t k_dim, int64_t block) {
   uint16_t h;
-  std::memcpy(&h, row + k_dim + block * ir::kQ8ScaleBytes, 2);
+  std::memcpy(&h, row + q8_scale_offset(block, k_dim), 2);
   return f16_to_f32(h);
 }
 

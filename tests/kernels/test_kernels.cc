@@ -534,29 +534,44 @@ TEST(Q8Format, BlockBeyondTheF16ScaleIsPoisonedNotZeroed) {
 }
 
 // The int8 values of a row are interleaved 4 bytes at a time across groups
-// of 16 blocks (util/quant.h), the last group holding what is left: the map
-// is a permutation of [0, K) that keeps each 4-byte piece together and puts
-// step t of block l of a group of r blocks at 4 * (t * r + l).
-TEST(Q8Format, OffsetsInterleaveFourBytesAcrossSixteenBlockGroups) {
+// of 16 blocks (util/quant.h), the last group holding what is left, and each
+// group's f16 scales follow its values: values and scales together cover the
+// row's bytes once, each 4-byte piece stays together, and step t of block l
+// of a group of r blocks sits at 4 * (t * r + l) from the group's start.
+TEST(Q8Format, OffsetsInterleaveFourBytesAcrossSixteenBlockGroupsWithTheirScales) {
   EXPECT_EQ(q8_offset(0, 512), 0);
   EXPECT_EQ(q8_offset(3, 512), 3);
-  EXPECT_EQ(q8_offset(4, 512), 64);                          // block 0, step 1: after step 0 of all 16 blocks
-  EXPECT_EQ(q8_offset(32, 512), 4);                          // block 1, step 0
-  EXPECT_EQ(q8_offset(511, 512), 511);                       // block 15, step 7, byte 3
-  EXPECT_EQ(q8_offset(4, 96), 12);                           // a lone group of 3 blocks: steps of 12 bytes
-  EXPECT_EQ(q8_offset(512 + 36, 576), 512 + 4 + 4 * 2 + 0);  // second group of 2 blocks: block 1, step 1
-  for (int64_t K : {32, 96, 512, 544, 800, 1056}) {
-    std::vector<int> seen(static_cast<size_t>(K), 0);
+  EXPECT_EQ(q8_offset(4, 512), 64);     // block 0, step 1: after step 0 of all 16 blocks
+  EXPECT_EQ(q8_offset(32, 512), 4);     // block 1, step 0
+  EXPECT_EQ(q8_offset(511, 512), 511);  // block 15, step 7, byte 3
+  EXPECT_EQ(q8_scale_offset(0, 512), 512);
+  EXPECT_EQ(q8_scale_offset(15, 512), 512 + 30);
+  EXPECT_EQ(q8_offset(4, 96), 12);  // a lone group of 3 blocks: steps of 12 bytes
+  EXPECT_EQ(q8_scale_offset(2, 96), 96 + 4);
+  EXPECT_EQ(q8_offset(512 + 36, 576), 544 + 4 + 4 * 2 + 0);  // second group of 2 blocks: block 1, step 1
+  EXPECT_EQ(q8_scale_offset(16, 576), 544 + 64);             // after the second group's 64 values
+  EXPECT_EQ(q8_scale_offset(17, 576), 544 + 66);
+  for (int64_t K : {32, 96, 512, 544, 800, 1056, 1536}) {
+    const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+    std::vector<int> seen(static_cast<size_t>(rb), 0);
     for (int64_t k = 0; k < K; ++k) {
       const int64_t o = q8_offset(k, K);
-      ASSERT_TRUE(o >= 0 && o < K) << K << " " << k;
+      ASSERT_TRUE(o >= 0 && o < rb) << K << " " << k;
       ++seen[static_cast<size_t>(o)];
       if (k % 4 != 0) {
         ASSERT_EQ(o, q8_offset(k - 1, K) + 1) << K << " " << k;
       }
-      ASSERT_EQ(o / 512, k / 512) << "stays in its group";
+      ASSERT_EQ(o / ir::kQ8GroupBytes, k / 512) << "stays in its group";
     }
-    for (int64_t o = 0; o < K; ++o) ASSERT_EQ(seen[static_cast<size_t>(o)], 1) << K << " offset " << o;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const int64_t o = q8_scale_offset(b, K);
+      ASSERT_TRUE(o >= 0 && o + 1 < rb) << K << " " << b;
+      ASSERT_EQ(o / ir::kQ8GroupBytes, b / 16) << "in its group";
+      ASSERT_GT(o, q8_offset(b * 32 + 31, K)) << "after its values";
+      ++seen[static_cast<size_t>(o)];
+      ++seen[static_cast<size_t>(o + 1)];
+    }
+    for (int64_t o = 0; o < rb; ++o) ASSERT_EQ(seen[static_cast<size_t>(o)], 1) << K << " offset " << o;
   }
 }
 
@@ -934,6 +949,26 @@ TEST_P(KernelTest, GemmQ8PanelsBitExactAcrossBatchAndSplits) {
 }
 
 // ---- int8 with one scale per channel (util/quant.h, util/q8_panel.h) -------
+
+// q8_rows_share_scale reads every group's scales (each group's sit after
+// its values, util/quant.h): rows of several groups quantized per channel
+// share one, and a single block of a later group with another scale is
+// found. (Reading the scales as one run after the values, as .k3m version
+// 3 stored them, never matched at K over 512: int8-channel panels were then
+// silently not packed.)
+TEST(Q8ChannelFormat, ShareScaleReadsEveryGroupsScales) {
+  std::mt19937 rng(35);
+  constexpr int64_t N = 3, K = 1056;  // groups of 16, 16 and 1 blocks
+  const auto w = random_vec(N * K, rng);
+  auto Q = quantize_channel(w, N, K);
+  EXPECT_TRUE(q8_rows_share_scale(Q.data(), N, K));
+  const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(K)));
+  for (int64_t b : {17, 32}) {  // a block in the second group, the last group's one
+    auto bad = Q;
+    bad[static_cast<size_t>(2 * rb + q8_scale_offset(b, K))] ^= 1;
+    EXPECT_FALSE(q8_rows_share_scale(bad.data(), N, K)) << b;
+  }
+}
 
 // quantize_q8_row_channel: every block of a row holds the row's scale,
 // absmax / 127 rounded up to an f16, so no weight is clamped and each is

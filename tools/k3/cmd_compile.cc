@@ -187,12 +187,11 @@ Registered add_compile(CLI::App& app) {
                   "products as bf16-f32, expert products as bf16), int8 (blocks of 32 with an "
                   "f16 scale, activations rounded to int8 per block) or int8-channel (int8 with one scale per "
                   "output channel: faster int8 panels); docs/precision.md");
-  sub->add_option(
-      "--weight-layout", f->weight_layout,
-      "Layout of Linear and expert matrices: rows (default; fastest decode here), panels (f32/bf16 "
-      "matrices, bf16-mixed's Linears and int8 matrices, as panels of 16 rows; faster prefill, int8 panels on "
-      "AVX-512 VNNI only) or tiles (with --precision bf16: "
-      "contiguous AMX tiles, for the amx kernel table); see docs/performance.md");
+  sub->add_option("--weight-layout", f->weight_layout,
+                  "Layout of Linear and expert matrices: rows (default; fastest decode here), panels (f32/bf16 "
+                  "matrices, bf16-mixed's Linears and int8 matrices, as panels of 16 rows; faster prefill, on AVX2 and "
+                  "AVX-512 alike) or tiles (with --precision bf16: "
+                  "contiguous AMX tiles, for the amx kernel table); see docs/performance.md");
   sub->add_option("--kv-dtype", f->kv_dtype,
                   "Element type of the KV cache: f32 (default) or bf16 (half the bytes attention reads per cached "
                   "position; rows rounded as written, docs/precision.md has the cost)");

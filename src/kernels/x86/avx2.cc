@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "ir/dtype.h"
 #include "kernels/prepared_chunks.h"
 #include "kernels/tiles_via_rows.h"
 #include "kernels/x86/bf16dot_round.h"
@@ -222,8 +223,8 @@ void gemm_nt_bf16dot(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* 
 // ---- gemm_nt_q8 ------------------------------------------------------------
 
 // int8 weights (util/quant.h: 16-block groups interleaved 4 bytes at a time,
-// then the f16 scales) against activations rounded to int8 per block of 32
-// (kernels.h has the exact semantics). A prepared activation row is its int8
+// each followed by its f16 scales) against activations rounded to int8 per
+// block of 32 (kernels.h has the exact semantics). A prepared activation row is its int8
 // values in the weights' interleaved order, their magnitudes in the same
 // order, then its K/32 scales (68 bytes per block). One ymm step of a group
 // holds 4 weights of 8 blocks, a 32-bit lane per block, so per W row,
@@ -352,16 +353,16 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
     for (int j = 0; j < NR; ++j) facc[i][j] = _mm256_setzero_ps();
   for (int64_t g = 0; g * 16 < nb; ++g) {
     const int64_t r = min64(16, nb - g * 16), step = 4 * r;
-    if (prefetch != nullptr) {  // the next rows' group and its scales
+    const int64_t wg = g * ir::kQ8GroupBytes;  // the group's values in a W row; its scales follow them
+    if (prefetch != nullptr) {                 // the next rows' group with its scales
 #pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) {
-        const char* p = reinterpret_cast<const char*>(prefetch + j * row_bytes);
-        for (int64_t o = 0; o < 32 * r; o += 64) _mm_prefetch(p + g * 512 + o, _MM_HINT_T1);
-        _mm_prefetch(p + K + g * 32, _MM_HINT_T1);
+        const char* p = reinterpret_cast<const char*>(prefetch + j * row_bytes + wg);
+        for (int64_t o = 0; o < 34 * r; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
       }
     }
     for (int64_t h = 0; h * 8 < r; ++h) {
-      const int64_t lanes = min64(8, r - h * 8), off = g * 512 + h * 32;
+      const int64_t lanes = min64(8, r - h * 8), off = g * 512 + h * 32, woff = wg + h * 32;
       __m256i acc[MR][NR];
 #pragma GCC unroll 2
       for (int i = 0; i < MR; ++i)
@@ -369,13 +370,13 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_si256();
       const __m256i mask = tail_mask(lanes);
       if (lanes == 8)
-        q8_half<MR, NR, true>(qa + off, qa_stride, K, W + off, row_bytes, step, mask, acc);
+        q8_half<MR, NR, true>(qa + off, qa_stride, K, W + woff, row_bytes, step, mask, acc);
       else
-        q8_half<MR, NR, false>(qa + off, qa_stride, K, W + off, row_bytes, step, mask, acc);
+        q8_half<MR, NR, false>(qa + off, qa_stride, K, W + woff, row_bytes, step, mask, acc);
       const int64_t b0 = g * 16 + h * 8;  // first block of this half
 #pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) {
-        const __m256 sw = load_scales(W + j * row_bytes + K + b0 * 2, lanes);
+        const __m256 sw = load_scales(W + j * row_bytes + wg + 32 * r + h * 16, lanes);
 #pragma GCC unroll 2
         for (int i = 0; i < MR; ++i) {
           const __m256 sa = _mm256_maskload_ps(reinterpret_cast<const float*>(qa + i * qa_stride + 2 * K) + b0, mask);
@@ -419,7 +420,13 @@ void gemm_q8_prepared_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const u
   // Spread prefill prefetch (q8_drive.h): on the Zen 4 host, one thread,
   // avx2/gemm_nt_q8_stream/M32 (3 rounds in turn) ran N1536 K512 at 86-92
   // GOP/s instead of 81-84, and N512 K1536 at 101-103 against 101-105.
-  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr, kQ8ActBytes, 1, true};
+  // Far tiles (decode) prefetch nothing: on the Zen 3 host, one thread,
+  // avx2/gemm_nt_q8_stream/M1 (3 rounds in turn) streamed N1536 K512 at
+  // 16.9-18.5 GB/s with the next row of each stream prefetched and 18.9-21.3
+  // without, N512 K1536 at 14.2-17.5 and 20.5-21.6 (bf16 rows: 19.7-21.6);
+  // at M2 N512 K1536, 49-52 GOP/s and 65-67. The hardware prefetchers follow
+  // the 4 streams, which read front to back.
+  constexpr Q8Tiling kTiling = {kQ8Mr, kFarMaxM, kQ8GemvNr, kQ8Nr, kQ8GemvNr, kQ8Nr, kQ8ActBytes, 0, true};
   gemm_q8_drive(kTiling, M, n0, n1, K, P, static_cast<const uint8_t*>(W), C, ldc,
                 [](int64_t mr, int64_t nr) { return kQ8Tiles[mr - 1][nr - 1]; });
 }

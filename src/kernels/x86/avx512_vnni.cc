@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "ir/dtype.h"
 #include "kernels/prepared_chunks.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/panel_split.h"
@@ -17,8 +18,8 @@ namespace k3::kernels {
 namespace {
 
 // int8 weights (util/quant.h: 16-block groups interleaved 4 bytes at a time,
-// then the f16 scales) against activations rounded to int8 per block of 32
-// (kernels.h has the semantics). One 64-byte step of a full group holds 4
+// each followed by its f16 scales) against activations rounded to int8 per
+// block of 32 (kernels.h has the semantics). One 64-byte step of a full group holds 4
 // weights of each of 16 blocks, a 32-bit lane per block, so per W row,
 // activation row and group (8 steps):
 //   acc = -128 * sum(a of each block)                  (16 int32 lanes)
@@ -209,7 +210,7 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[i][j] = c;
     }
-    const uint8_t* wg = W + g * 512;
+    const uint8_t* wg = W + g * ir::kQ8GroupBytes;  // the group's values; its scales follow them
     const uint8_t* ag = qa + g * 512;
     if (r == 16) {
 #pragma GCC unroll 8
@@ -218,7 +219,8 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           if (kPrefetch)
-            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + t * 64), kHintOf<P>);
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * ir::kQ8GroupBytes + t * 64),
+                         kHintOf<P>);
           wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wg + j * row_bytes + t * 64), bias);
         }
 #pragma GCC unroll 8
@@ -233,7 +235,8 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j)
           for (int64_t o = 0; o < 32 * r; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * 512 + o), kHintOf<P>);
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * ir::kQ8GroupBytes + o),
+                         kHintOf<P>);
       }
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
@@ -251,8 +254,9 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
     }
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
-      if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + K + g * 32), kHintOf<P>);
-      const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + K + g * 32));  // f16 scales
+      const int64_t so = g * ir::kQ8GroupBytes + 32 * r;  // the group's f16 scales
+      if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + so), kHintOf<P>);
+      const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + so));
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 sa = _mm512_maskz_loadu_ps(mask, qa + i * qa_stride + K + g * 64);

@@ -31,7 +31,7 @@ struct Q8Tiling {
   int64_t adj_nr_row1;          // W rows per adjacent tile, one-row chunk
   int64_t adj_nr;               // W rows per adjacent tile, larger chunks
   int64_t act_bytes_per_block;  // bytes of a prepared activation row per block of 32
-  int64_t far_ahead;            // far tiles prefetch each stream this many rows ahead
+  int64_t far_ahead;            // far tiles prefetch each stream this many rows ahead (0: none)
   bool spread_prefill;          // chunks over far_max_m rows: row tiles prefetch the next tile (gemm_q8_drive)
 };
 
@@ -116,7 +116,7 @@ void gemm_q8_drive(const Q8Tiling& t, int64_t M, int64_t n0, int64_t n1, int64_t
     for (int64_t i = 0; i < q; ++i) {
       const uint8_t* w = W + (n0 + i) * rb;
       // The row far_ahead rows on in every stream.
-      row_tiles(nr, w, q * rb, n0 + i, q, i + t.far_ahead < q ? w + t.far_ahead * rb : nullptr);
+      row_tiles(nr, w, q * rb, n0 + i, q, t.far_ahead > 0 && i + t.far_ahead < q ? w + t.far_ahead * rb : nullptr);
     }
     n_adj = n0 + q * nr;
   }
