@@ -1432,6 +1432,28 @@ TEST_P(KernelTest, AttendBf16IsAttendOnTheWidenedRows) {
     }
 }
 
+// A NaN in a K row (so in its score) makes every output NaN, and one in a
+// V row the output of its column, as in the reference, on the dense rows
+// (the attention op's) and on strided ones: the weight of a NaN score must
+// not be clamped to a finite value by the vector exp.
+TEST_P(KernelTest, AttendNanInTheCacheIsNan) {
+  std::mt19937 rng(31);
+  for (int64_t hd : {64, 16, 80})
+    for (int64_t stride : {hd, hd + 5})
+      for (int64_t len : {int64_t{9}, int64_t{40}, int64_t{600}})
+        for (bool in_k : {true, false}) {
+          const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+          auto k = random_vec(static_cast<int64_t>(strided_size(len, hd, stride)), rng, -2.0f, 2.0f);
+          auto v = random_vec(static_cast<int64_t>(strided_size(len, hd, stride)), rng);
+          (in_k ? k : v)[static_cast<size_t>((len / 2) * stride + 3)] = std::nanf("");
+          std::vector<float> out(static_cast<size_t>(hd), 0.0f);
+          t().attend(q.data(), k.data(), v.data(), len, hd, stride, 0.125f, out.data());
+          for (int64_t i = 0; i < hd; ++i)
+            ASSERT_EQ(std::isnan(out[static_cast<size_t>(i)]), in_k || i == 3)
+                << "hd=" << hd << " stride=" << stride << " len=" << len << (in_k ? " K" : " V") << " i=" << i;
+        }
+}
+
 TEST_P(KernelTest, AttendEmptyIsZero) {
   std::vector<float> q(64, 1.0f), out(64, 5.0f);
   t().attend(q.data(), nullptr, nullptr, 0, 64, 64, 1.0f, out.data());

@@ -51,9 +51,13 @@ inline float hsum(__m256 v) {
 // exp(r) from the Cephes degree-7 polynomial, then scaled by 2^n built in the
 // exponent field. About 1-2 ulp. The clamp keeps n in [-126, 127] so 2^n is
 // a normal float: exp(-87.3) ~ 1.2e-38 stands in for underflow, exp(88.3) ~
-// 2.2e38 for overflow, so callers never see inf or NaN from here.
+// 2.2e38 for overflow, so callers never see inf from here, nor NaN but
+// for a NaN x.
 inline __m256 exp_ps(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  // x second: max and min return their second operand when either is NaN,
+  // so NaN passes through (exp(NaN) = NaN) instead of clamping to a finite
+  // value, which would let a NaN score weigh in as exp(-87.3).
+  x = _mm256_min_ps(_mm256_set1_ps(88.3f), _mm256_max_ps(_mm256_set1_ps(-87.3f), x));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -1045,6 +1049,141 @@ void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   _mm256_maskstore_ps(out + (NV - 1) * kW, tail_mask(hd - (NV - 1) * kW), _mm256_div_ps(st.acc[NV - 1], vl));
 }
 
+// The 8 sums of d[0..7] in one vector, lane b = d[b]'s (a horizontal-add
+// tree: 7 adds and 2 lane shuffles for 8 sums instead of 8 hsums).
+inline __m256 hsum8(const __m256 (&d)[8]) {
+  // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]
+  const __m256 t0 = _mm256_hadd_ps(d[0], d[1]), t1 = _mm256_hadd_ps(d[2], d[3]);
+  const __m256 t2 = _mm256_hadd_ps(d[4], d[5]), t3 = _mm256_hadd_ps(d[6], d[7]);
+  // [d0..d3 over lanes 0-3 | the same over lanes 4-7], then for d4..d7
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Positions per chunk of attend_dense's scores: 2 KiB on the stack.
+constexpr int64_t kScoreChunk = 512;
+
+// Rows exactly NV vectors long (stride == hd == NV * 8, as the attention
+// op's cache rows are), in three passes over chunks of kScoreChunk
+// positions, as the AVX-512 table's attend_dense (avx512.cc):
+//   1. s[j] = scale * dot(q, K[j]), 8 positions per horizontal-add tree
+//      (hsum8), and their max;
+//   2. s[j] = exp(s[j] - max), 8 at a time, and their sum;
+//   3. acc += s[j] * V[j]; up to 4 vectors a row in two sets of
+//      accumulators, so the chains of dependent FMAs are half as long;
+//      8 vectors (hd 64) fill the 16 ymm with one set.
+// Passes 1 and 3 read each chunk's rows as two streams (its two halves at
+// once): one core streams a single sequence of lines slower than two.
+// q is read from L1 in pass 1: 16 ymm hold the 8 dot products, not q too.
+// The max is known before any exp, so no position rescales the
+// accumulators or takes a data-dependent branch (only a later chunk with a
+// larger max rescales, once). A NaN score stays NaN through pass 2
+// (exp_ps), so a NaN in K or q makes the output NaN, as in the reference. No software prefetch: the rows stream front
+// to back, one stream a pass. One thread, hd 64, Zen 3 (bench_kernels avx2/attend*, measured below).
+template <int NV, class T>
+void attend_dense(const float* q, const T* k, const T* v, int64_t len, float scale, float* out) {
+  constexpr int64_t hd = NV * kW;
+  constexpr bool kTwoSets = NV <= 4;
+  __m256 acc0[NV], acc1[NV];
+#pragma GCC unroll 8
+  for (int vi = 0; vi < NV; ++vi) {
+    acc0[vi] = _mm256_setzero_ps();
+    acc1[vi] = _mm256_setzero_ps();
+  }
+  float mx = -__builtin_inff();  // running max score
+  float l = 0.0f;                // running sum of exp(s - mx)
+  alignas(32) float s[kScoreChunk];
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int64_t c0 = 0; c0 < len; c0 += kScoreChunk) {
+    const int64_t n = min64(kScoreChunk, len - c0);
+    const T* kc = k + c0 * hd;
+    const T* vc = v + c0 * hd;
+    // 1. Scores and their max.
+    // Two streams: positions j.. and h + j.. of the chunk's first 8 * (n / 8),
+    // 4 of each per step.
+    __m256 vmax = _mm256_set1_ps(-__builtin_inff());
+    const int64_t h = n / 8 * 4;
+    for (int64_t j = 0; j < h; j += 4) {
+      __m256 d[8];
+#pragma GCC unroll 8
+      for (int b = 0; b < 8; ++b) d[b] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi) {
+        const __m256 qv = _mm256_loadu_ps(q + vi * kW);
+#pragma GCC unroll 8
+        for (int b = 0; b < 8; ++b)
+          d[b] = _mm256_fmadd_ps(qv, load_cache(kc + ((b < 4 ? j : h + j) + b % 4) * hd + vi * kW, kW), d[b]);
+      }
+      const __m256 sv = _mm256_mul_ps(vscale, hsum8(d));
+      _mm_store_ps(s + j, _mm256_castps256_ps128(sv));
+      _mm_store_ps(s + h + j, _mm256_extractf128_ps(sv, 1));
+      vmax = _mm256_max_ps(vmax, sv);
+    }
+    int64_t j = 2 * h;
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float cmax = _mm_cvtss_f32(m4);
+    for (; j < n; ++j) {  // the last n % 8 positions, one at a time
+      __m256 d = _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi)
+        d = _mm256_fmadd_ps(_mm256_loadu_ps(q + vi * kW), load_cache(kc + j * hd + vi * kW, kW), d);
+      s[j] = scale * hsum(d);
+      cmax = s[j] > cmax ? s[j] : cmax;
+    }
+    // A larger max than the earlier chunks': rescale what they summed
+    // (exp(mx - cmax) <= 1; on the first chunk mx = -inf clamps to ~1e-38,
+    // harmless as acc and l are still 0).
+    if (cmax > mx) {
+      const __m256 va = exp_ps(_mm256_set1_ps(mx - cmax));
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi) {
+        acc0[vi] = _mm256_mul_ps(acc0[vi], va);
+        if constexpr (kTwoSets) acc1[vi] = _mm256_mul_ps(acc1[vi], va);
+      }
+      l *= _mm256_cvtss_f32(va);
+      mx = cmax;
+    }
+    // 2. Weights and their sum (lanes past n: 0).
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 vsum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+      const __m256i m = tail_mask(min64(8, n - i));
+      const __m256 x = _mm256_sub_ps(_mm256_load_ps(s + i), vmx);
+      const __m256 pv = _mm256_and_ps(exp_ps(x), _mm256_castsi256_ps(m));
+      _mm256_store_ps(s + i, pv);
+      vsum = _mm256_add_ps(vsum, pv);
+    }
+    l += hsum(vsum);
+    // 3. The weighted sum of V rows, two streams: rows i and nh + i.
+    const int64_t nh = n / 2;
+    for (int64_t i = 0; i < nh; ++i) {
+      const __m256 p0 = _mm256_broadcast_ss(s + i), p1 = _mm256_broadcast_ss(s + nh + i);
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi) {
+        acc0[vi] = _mm256_fmadd_ps(p0, load_cache(vc + i * hd + vi * kW, kW), acc0[vi]);
+        if constexpr (kTwoSets)
+          acc1[vi] = _mm256_fmadd_ps(p1, load_cache(vc + (nh + i) * hd + vi * kW, kW), acc1[vi]);
+        else
+          acc0[vi] = _mm256_fmadd_ps(p1, load_cache(vc + (nh + i) * hd + vi * kW, kW), acc0[vi]);
+      }
+    }
+    if (n % 2 != 0) {
+      const __m256 p0 = _mm256_broadcast_ss(s + n - 1);
+#pragma GCC unroll 8
+      for (int vi = 0; vi < NV; ++vi)
+        acc0[vi] = _mm256_fmadd_ps(p0, load_cache(vc + (n - 1) * hd + vi * kW, kW), acc0[vi]);
+    }
+  }
+  const __m256 vl = _mm256_set1_ps(l);
+#pragma GCC unroll 8
+  for (int vi = 0; vi < NV; ++vi) {
+    const __m256 a = kTwoSets ? _mm256_add_ps(acc0[vi], acc1[vi]) : acc0[vi];
+    _mm256_storeu_ps(out + vi * kW, _mm256_div_ps(a, vl));
+  }
+}
+
 // Any hd, len >= 1: the same online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
 template <class T>
@@ -1094,6 +1233,15 @@ constexpr AttendFn<T> kAttendRegs[] = {
     attend_regs<13, T>, attend_regs<14, T>, attend_regs<15, T>, attend_regs<16, T>,
 };
 constexpr int64_t kMaxRegVectors = 16;
+template <class T>
+using DenseAttendFn = void (*)(const float*, const T*, const T*, int64_t, float, float*);
+// kAttendDense<T>[nv - 1]: rows of exactly nv vectors.
+template <class T>
+constexpr DenseAttendFn<T> kAttendDense[] = {
+    attend_dense<1, T>, attend_dense<2, T>, attend_dense<3, T>, attend_dense<4, T>,
+    attend_dense<5, T>, attend_dense<6, T>, attend_dense<7, T>, attend_dense<8, T>,
+};
+constexpr int64_t kMaxDenseVectors = 8;
 
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
 // gives zeros, as in the reference.
@@ -1104,6 +1252,7 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
   const int64_t nv = (hd + kW - 1) / kW;
   if (nv == 0) return;
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
+  if (nv <= kMaxDenseVectors && hd == nv * kW && stride == hd) return kAttendDense<T>[nv - 1](q, k, v, len, scale, out);
   kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 

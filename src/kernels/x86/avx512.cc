@@ -39,9 +39,12 @@ constexpr int64_t kGemmNr = 6;
 // exp(r) from the Cephes degree-7 polynomial, then scaled by 2^n. About
 // 1-2 ulp. Inputs are clamped so the result stays finite and normal:
 // exp(-87.3) ~ 1.2e-38 stands in for underflow, exp(88.3) ~ 2.2e38 for
-// overflow, so callers never see inf or NaN from here.
+// overflow, so callers never see inf from here, nor NaN but for a NaN x.
 inline __m512 exp_ps(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  // x second: max and min return their second operand when either is NaN,
+  // so NaN passes through (exp(NaN) = NaN) instead of clamping to a finite
+  // value, which would let a NaN score weigh in as exp(-87.3).
+  x = _mm512_min_ps(_mm512_set1_ps(88.3f), _mm512_max_ps(_mm512_set1_ps(-87.3f), x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
