@@ -34,6 +34,11 @@ Prefetch prefetch_for_cpu();
 
 // Largest K gemm_nt_q8 takes (its quantized activations live on the stack).
 inline constexpr int64_t kQ8MaxK = 32768;
+// Bytes of a full 16-block group of a kQ8 row: its int8 values, then its
+// f16 scales (ir::kQ8GroupBytes, util/quant.h; checked equal in
+// kernels/ref/scalar.cc). Here so that the ISA translation units, which
+// include no inline library code, share one value.
+inline constexpr int64_t kQ8GroupBytes = 544;
 // Largest K gemm_nt_bf16dot takes (its rounded activations live on the stack).
 inline constexpr int64_t kBf16DotMaxK = 32768;
 

@@ -15,6 +15,7 @@
 namespace k3::kernels {
 
 static_assert(kQ8MaxK == ir::kQ8MaxCols, "the shape rules and the int8 kernels must agree on the longest q8 row");
+static_assert(kQ8GroupBytes == ir::kQ8GroupBytes, "the int8 kernels must read the kQ8 row groups util/quant.h writes");
 static_assert(kBf16DotMaxK == ir::kBF16DotMaxCols,
               "the shape rules and the bf16 dot-product kernels must agree on the longest bf16dot row");
 

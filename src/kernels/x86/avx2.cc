@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <limits>
 
-#include "ir/dtype.h"
 #include "kernels/prepared_chunks.h"
 #include "kernels/tiles_via_rows.h"
 #include "kernels/x86/bf16dot_round.h"
@@ -45,6 +44,14 @@ inline float hsum(__m256 v) {
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
   return _mm_cvtss_f32(s4);
+}
+
+// Largest of the 8 lanes (a halving tree, as hsum's).
+inline float hmax(__m256 v) {
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
 }
 
 // exp(x): x = n*ln2 + r with |r| <= ln2/2 (ln2 split in two for accuracy),
@@ -265,11 +272,7 @@ void prepare_groups_q8(const float* a, int64_t K, int64_t g0, int64_t g1, uint8_
       const __m256 bad =
           _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(ax[0], inf, _CMP_NLT_UQ), _mm256_cmp_ps(ax[1], inf, _CMP_NLT_UQ)),
                        _mm256_or_ps(_mm256_cmp_ps(ax[2], inf, _CMP_NLT_UQ), _mm256_cmp_ps(ax[3], inf, _CMP_NLT_UQ)));
-      __m256 m = _mm256_max_ps(_mm256_max_ps(ax[0], ax[1]), _mm256_max_ps(ax[2], ax[3]));
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-      const float amax = _mm_cvtss_f32(m4);
+      const float amax = hmax(_mm256_max_ps(_mm256_max_ps(ax[0], ax[1]), _mm256_max_ps(ax[2], ax[3])));
       const bool zero = amax < 0x1p-100f;  // counts as all zero (util/quant.h, quantize_a8_row)
       if (_mm256_movemask_ps(bad) != 0 || zero) [[unlikely]] {
         qs[b] = zero ? 0.0f : __builtin_nanf("");
@@ -357,12 +360,12 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
     for (int j = 0; j < NR; ++j) facc[i][j] = _mm256_setzero_ps();
   for (int64_t g = 0; g * 16 < nb; ++g) {
     const int64_t r = min64(16, nb - g * 16), step = 4 * r;
-    const int64_t wg = g * ir::kQ8GroupBytes;  // the group's values in a W row; its scales follow them
-    if (prefetch != nullptr) {                 // the next rows' group with its scales
+    const int64_t wg = q8_group_values(g), ws = q8_group_scales(g, r);  // in a W row
+    if (prefetch != nullptr) {                                          // the next rows' group with its scales
 #pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) {
         const char* p = reinterpret_cast<const char*>(prefetch + j * row_bytes + wg);
-        for (int64_t o = 0; o < 34 * r; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+        for (int64_t o = 0; o < ws + 2 * r - wg; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
       }
     }
     for (int64_t h = 0; h * 8 < r; ++h) {
@@ -380,7 +383,7 @@ void q8_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, 
       const int64_t b0 = g * 16 + h * 8;  // first block of this half
 #pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) {
-        const __m256 sw = load_scales(W + j * row_bytes + wg + 32 * r + h * 16, lanes);
+        const __m256 sw = load_scales(W + j * row_bytes + ws + h * 16, lanes);
 #pragma GCC unroll 2
         for (int i = 0; i < MR; ++i) {
           const __m256 sa = _mm256_maskload_ps(reinterpret_cast<const float*>(qa + i * qa_stride + 2 * K) + b0, mask);
@@ -1073,13 +1076,18 @@ constexpr int64_t kScoreChunk = 512;
 //      accumulators, so the chains of dependent FMAs are half as long;
 //      8 vectors (hd 64) fill the 16 ymm with one set.
 // Passes 1 and 3 read each chunk's rows as two streams (its two halves at
-// once): one core streams a single sequence of lines slower than two.
-// q is read from L1 in pass 1: 16 ymm hold the 8 dot products, not q too.
-// The max is known before any exp, so no position rescales the
-// accumulators or takes a data-dependent branch (only a later chunk with a
-// larger max rescales, once). A NaN score stays NaN through pass 2
-// (exp_ps), so a NaN in K or q makes the output NaN, as in the reference. No software prefetch: the rows stream front
-// to back, one stream a pass. One thread, hd 64, Zen 3 (bench_kernels avx2/attend*, measured below).
+// once), with no software prefetch: one core streams two sequences of
+// lines faster than one (k3 sysinfo's read probe: 17 and 20 GB/s here),
+// and four measured as two. q is read from L1 in pass 1: 16 ymm hold the 8
+// dot products, not q too. The max is known before any exp, so no position
+// rescales the accumulators or takes a data-dependent branch (only a later
+// chunk with a larger max rescales, once). A NaN score stays NaN through
+// pass 2 (exp_ps), so a NaN in K or q makes the output NaN, as in the
+// reference. One thread, hd 64, Zen 3 (bench_kernels
+// avx2/attend(_stream)?/len(128|1024)_hd64, 3 rounds in turn, GB/s at len
+// 128 / 1024), against the online softmax (attend_regs): in cache
+// 41.5-46.5 / 39.7-45.6 -> 69.6-76.9 / 64.0-65.3; streamed 12.8-15.9 /
+// 14.9-16.9 -> 14.0-20.3 / 17.7-19.2.
 template <int NV, class T>
 void attend_dense(const float* q, const T* k, const T* v, int64_t len, float scale, float* out) {
   constexpr int64_t hd = NV * kW;
@@ -1119,12 +1127,8 @@ void attend_dense(const float* q, const T* k, const T* v, int64_t len, float sca
       _mm_store_ps(s + h + j, _mm256_extractf128_ps(sv, 1));
       vmax = _mm256_max_ps(vmax, sv);
     }
-    int64_t j = 2 * h;
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float cmax = _mm_cvtss_f32(m4);
-    for (; j < n; ++j) {  // the last n % 8 positions, one at a time
+    float cmax = hmax(vmax);
+    for (int64_t j = 2 * h; j < n; ++j) {  // the last n % 8 positions, one at a time
       __m256 d = _mm256_setzero_ps();
 #pragma GCC unroll 8
       for (int vi = 0; vi < NV; ++vi)

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <utility>
 
-#include "ir/dtype.h"
 #include "kernels/prepared_chunks.h"
 #include "kernels/x86/avx512_util.h"
 #include "kernels/x86/panel_split.h"
@@ -210,7 +209,8 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[i][j] = c;
     }
-    const uint8_t* wg = W + g * ir::kQ8GroupBytes;  // the group's values; its scales follow them
+    const int64_t wo = q8_group_values(g), so = q8_group_scales(g, r);  // in a W row
+    const uint8_t* wg = W + wo;
     const uint8_t* ag = qa + g * 512;
     if (r == 16) {
 #pragma GCC unroll 8
@@ -219,8 +219,7 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           if (kPrefetch)
-            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * ir::kQ8GroupBytes + t * 64),
-                         kHintOf<P>);
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + wo + t * 64), kHintOf<P>);
           wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wg + j * row_bytes + t * 64), bias);
         }
 #pragma GCC unroll 8
@@ -235,8 +234,7 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j)
           for (int64_t o = 0; o < 32 * r; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + g * ir::kQ8GroupBytes + o),
-                         kHintOf<P>);
+            _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + wo + o), kHintOf<P>);
       }
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
@@ -254,7 +252,6 @@ void q8_tile_body(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t
     }
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
-      const int64_t so = g * ir::kQ8GroupBytes + 32 * r;  // the group's f16 scales
       if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * row_bytes + so), kHintOf<P>);
       const __m512 sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, W + j * row_bytes + so));
 #pragma GCC unroll 8

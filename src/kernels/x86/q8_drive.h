@@ -43,6 +43,16 @@ inline void q8_interleave_group(const uint8_t* blocks, int64_t r, uint8_t* out) 
     for (int64_t t = 0; t < 8; ++t) __builtin_memcpy(out + t * 4 * r + 4 * l, blocks + 32 * l + 4 * t, 4);
 }
 
+// Byte offsets, within a kQ8 row, of group g's int8 values and of its
+// scales (r: the group's blocks), as util/quant.h lays them out (q8_offset,
+// q8_scale_offset; not included: baseline code).
+constexpr int64_t q8_group_values(int64_t g) {
+  return g * kQ8GroupBytes;
+}
+constexpr int64_t q8_group_scales(int64_t g, int64_t r) {
+  return g * kQ8GroupBytes + 32 * r;
+}
+
 // W rows of at most this many bytes are prefetched into L1 by prefill
 // chunks (gemm_q8_drive), longer ones into L2. One thread on the Zen 4 host
 // (bench_kernels avx512/gemm_nt_q8_stream, 2 rounds in turn, GOP/s), each
