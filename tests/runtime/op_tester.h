@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "runtime/ops/fast_ops.h"
 #include "runtime/ops/op_call.h"
 #include "util/aligned_buffer.h"
 #include "util/half.h"
@@ -108,6 +110,14 @@ class OpTester {
     return run(fast_op(g_.nodes()[0].op), tokens, out_rows, pool);
   }
   ir::Graph& graph() { return g_; }
+  // The split a Moe node's fast op took on `threads` threads
+  // (moe_split_taken, read from the op's workspace after the call).
+  MoeSplit fast_split(int64_t tokens, int threads) {
+    ThreadPool pool(threads);
+    MoeSplit split = MoeSplit::kColumns;
+    run(fast_op(g_.nodes()[0].op), tokens, 0, pool, [&](const OpCall& c) { split = moe_split_taken(c); });
+    return split;
+  }
 
  private:
   void set(int id, const void* data, size_t bytes) {
@@ -116,7 +126,8 @@ class OpTester {
   }
 
   // Returns the outputs (rows in use only) followed by the state buffers.
-  std::vector<std::vector<float>> run(OpFn fn, int64_t tokens, int64_t out_rows, ThreadPool& pool) {
+  std::vector<std::vector<float>> run(OpFn fn, int64_t tokens, int64_t out_rows, ThreadPool& pool,
+                                      const std::function<void(const OpCall&)>& after = nullptr) {
     const ir::Node& n = g_.nodes()[0];
     std::vector<std::vector<uint8_t>> bufs = data_;
     bufs.resize(g_.values().size());
@@ -133,6 +144,7 @@ class OpTester {
     EXPECT_TRUE(ws.allocate(op_workspace_bytes(g_, n)));
     OpCall call{&n, args.data(), args.data() + n.inputs.size(), ws.data(), &pool, &kernels::best_table()};
     fn(call);
+    if (after) after(call);
     std::vector<std::vector<float>> out;
     for (int id : n.outputs) {
       const ir::Value& v = g_.value(id);

@@ -335,16 +335,21 @@ void moe_weight_dtype_case(ir::DType dt, bool swiglu, bool many = false) {
 }
 
 // Prefill rows with the tokens split across threads (moe_op.cc,
-// run_by_tokens), which the op takes on 2 threads with these shapes; 1
-// thread takes the column split. Same bits either way, and within tolerance
-// of the reference. With `many`, enough rows (kParallelValues values) that
-// the one-thread routing splits them across the threads too.
-void moe_token_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, bool many = false) {
+// run_by_tokens: int8 and bf16 experts) or whole experts split (f32
+// experts, run_by_experts), which the op takes on 2 and 3 threads with
+// these shapes; 1 thread takes the column split. Same bits either way, and
+// within tolerance of the reference. With `many`, enough rows
+// (kParallelValues values) that the one-thread routing splits them across
+// the threads too. `expect` is the split 2 threads take (e = 8 experts keep
+// the expert split balanced on 2 threads).
+void moe_prefill_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, bool many = false) {
   OpTester t;
   const int64_t d = 64, f = 96, tokens = many ? kParallelValues / d + 5 : 20 * e + 3;
+  const MoeSplit expect = dt == ir::DType::kF32 ? MoeSplit::kExperts : MoeSplit::kTokens;
   // Two threads split the tokens evenly, three unevenly (shares differ by
   // one row); both must give one thread's bits.
-  ASSERT_TRUE(moe_splits_tokens(tokens, 2, e, 3));
+  ASSERT_EQ(moe_prefill_split(tokens, 2, e, 2, dt), expect);
+  ASSERT_EQ(moe_prefill_split(tokens, 2, e, 3, dt), expect);
   int x = t.f32("x", {tokens, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
   add_experts(t, in, e, d, f, dt, swiglu);
@@ -353,6 +358,15 @@ void moe_token_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, b
          {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}, {"residual", int64_t{residual}}});
   t.check(tokens, 0, dt == ir::DType::kF32 ? kTol : kRoundedTol);
   expect_one_threads_bits(t, tokens);
+  // The split each pool took: one thread the column split; the expert split
+  // on 2 threads where the routing of these random rows is balanced (8
+  // experts), else the token split it falls back to.
+  EXPECT_EQ(t.fast_split(tokens, 1), MoeSplit::kColumns);
+  if (expect == MoeSplit::kTokens || e == 8) {
+    EXPECT_EQ(t.fast_split(tokens, 2), expect);
+  }
+  const MoeSplit three = t.fast_split(tokens, 3);
+  EXPECT_TRUE(three == expect || (expect == MoeSplit::kExperts && three == MoeSplit::kTokens));
 }
 
 // Decode rows whose hidden columns are rounded by the threads that computed
@@ -396,10 +410,12 @@ void test_Moe() {
   moe_case(true, false, true, true, false, /*residual=*/true);
   moe_case(true, false, false, true, /*shared=*/true, /*residual=*/true);
   for (ir::DType dt : {ir::DType::kF32, ir::DType::kQ8, ir::DType::kBF16Dot}) {
-    moe_token_split_case(dt, 2, false, false);
-    moe_token_split_case(dt, 4, true, true);
+    moe_prefill_split_case(dt, 2, false, false);
+    moe_prefill_split_case(dt, 4, true, true);
+    moe_prefill_split_case(dt, 8, false, true);
   }
-  moe_token_split_case(ir::DType::kQ8, 4, false, true, /*many=*/true);
+  moe_prefill_split_case(ir::DType::kQ8, 4, false, true, /*many=*/true);
+  moe_prefill_split_case(ir::DType::kF32, 8, true, false, /*many=*/true);
 }
 
 void test_GatherRows() {
@@ -417,17 +433,62 @@ void test_GatherRows() {
 K3_OP_LIST(K3_OP_TEST)
 #undef K3_OP_TEST
 
-// The token split needs kTokenSplitMinRowsPerExpert (8) routed rows per
-// expert and thread on average, and a pool of 2..64 threads.
-TEST(MoeTokenSplit, TakenOnlyWithEnoughRowsPerExpertAndThread) {
-  EXPECT_TRUE(moe_splits_tokens(128, 2, 8, 2));    // k3-base prefill on 2 threads: 16
-  EXPECT_TRUE(moe_splits_tokens(64, 2, 8, 2));     // 8
-  EXPECT_FALSE(moe_splits_tokens(63, 2, 8, 2));    // 7.9
-  EXPECT_FALSE(moe_splits_tokens(8, 2, 8, 2));     // batch-8 decode
-  EXPECT_FALSE(moe_splits_tokens(128, 2, 8, 1));   // one thread
-  EXPECT_FALSE(moe_splits_tokens(128, 2, 8, 16));  // 2 per expert and thread
-  EXPECT_TRUE(moe_splits_tokens(4096, 2, 8, 64));
-  EXPECT_FALSE(moe_splits_tokens(8192, 2, 8, 65));  // more threads than the split's bins
+// The token and expert splits need kTokenSplitMinRowsPerExpert (8) routed
+// rows per expert and thread on average, and a pool of 2..64 threads; f32
+// experts take the expert split, the others the token split.
+TEST(MoePrefillSplit, TakenOnlyWithEnoughRowsPerExpertAndThread) {
+  const ir::DType q8 = ir::DType::kQ8;
+  EXPECT_EQ(moe_prefill_split(128, 2, 8, 2, q8), MoeSplit::kTokens);    // k3-base prefill on 2 threads: 16
+  EXPECT_EQ(moe_prefill_split(64, 2, 8, 2, q8), MoeSplit::kTokens);     // 8
+  EXPECT_EQ(moe_prefill_split(63, 2, 8, 2, q8), MoeSplit::kColumns);    // 7.9
+  EXPECT_EQ(moe_prefill_split(8, 2, 8, 2, q8), MoeSplit::kColumns);     // batch-8 decode
+  EXPECT_EQ(moe_prefill_split(128, 2, 8, 1, q8), MoeSplit::kColumns);   // one thread
+  EXPECT_EQ(moe_prefill_split(128, 2, 8, 16, q8), MoeSplit::kColumns);  // 2 per expert and thread
+  EXPECT_EQ(moe_prefill_split(4096, 2, 8, 64, q8), MoeSplit::kTokens);
+  EXPECT_EQ(moe_prefill_split(8192, 2, 8, 65, q8), MoeSplit::kColumns);  // more threads than the split's bins
+  for (ir::DType dt : {ir::DType::kBF16, ir::DType::kBF16Dot})
+    EXPECT_EQ(moe_prefill_split(128, 2, 8, 2, dt), MoeSplit::kTokens);
+  EXPECT_EQ(moe_prefill_split(128, 2, 8, 2, ir::DType::kF32), MoeSplit::kExperts);
+  EXPECT_EQ(moe_prefill_split(63, 2, 8, 2, ir::DType::kF32), MoeSplit::kColumns);
+  EXPECT_EQ(moe_prefill_split(128, 2, 8, 1, ir::DType::kF32), MoeSplit::kColumns);
+}
+
+// The expert split's assignment: largest expert first onto the least loaded
+// thread, each expert costing its rows + 4; refused when a thread would get
+// no expert or the busiest more than 1.1 times the mean.
+TEST(MoePrefillSplit, AssignsExpertsLargestFirstWithinTheImbalanceBound) {
+  auto offsets = [](const std::vector<int32_t>& rows) {
+    std::vector<int32_t> offs{0};
+    for (int32_t r : rows) offs.push_back(offs.back() + r);
+    return offs;
+  };
+  std::vector<int32_t> bin_of(8);
+  // k3-base-like: costs 40 36 36 32 32 28 28 24 (total 256) go to the
+  // lighter thread in turn (ties to thread 0): loads 40/0, 40/36, 40/72,
+  // 72/72, 104/72, 104/100, 104/128, 128/128.
+  auto offs = offsets({36, 32, 32, 28, 28, 24, 24, 20});
+  ASSERT_TRUE(assign_experts(offs.data(), 8, 2, bin_of.data()));
+  EXPECT_EQ(bin_of, (std::vector<int32_t>{0, 1, 1, 0, 0, 1, 1, 0}));
+  // Largest first whatever the expert's index; an expert with no rows gets
+  // no thread.
+  offs = offsets({8, 0, 40, 40, 0, 0, 0, 8});
+  ASSERT_TRUE(assign_experts(offs.data(), 8, 2, bin_of.data()));
+  EXPECT_EQ(bin_of, (std::vector<int32_t>{0, -1, 0, 1, -1, -1, -1, 1}));
+  // 3 active experts on 2 threads: 88 against a mean of 66 -> refused.
+  offs = offsets({40, 0, 40, 40, 0, 0, 0, 0});
+  EXPECT_FALSE(assign_experts(offs.data(), 8, 2, bin_of.data()));
+  // One expert with most rows: 104 against a mean of 80 -> refused.
+  offs = offsets({100, 4, 4, 4, 4, 4, 4, 4});
+  EXPECT_FALSE(assign_experts(offs.data(), 8, 2, bin_of.data()));
+  // Fewer active experts than threads -> refused.
+  offs = offsets({40, 40, 0, 0, 0, 0, 0, 0});
+  EXPECT_FALSE(assign_experts(offs.data(), 8, 3, bin_of.data()));
+  // Just inside the bound: costs 24 24 20 20 20 -> 44 / 64 against a mean
+  // of 54 (1.19): refused; 24 24 24 24 -> 48 / 48: taken.
+  offs = offsets({20, 20, 16, 16, 16, 0, 0, 0});
+  EXPECT_FALSE(assign_experts(offs.data(), 8, 2, bin_of.data()));
+  offs = offsets({20, 20, 20, 20, 0, 0, 0, 0});
+  EXPECT_TRUE(assign_experts(offs.data(), 8, 2, bin_of.data()));
 }
 
 TEST(OpsShapeRules, RejectMismatchedShapes) {

@@ -14,10 +14,27 @@ K3_OP_LIST(K3_OP_DECLARE_FAST)
 // from the routing table the op left in its workspace).
 int64_t moe_active_experts(const OpCall& c);
 
-// Whether run_Moe splits `rows` tokens across `threads` threads, each
-// running every expert its share routes to (moe_op.cc, run_by_tokens),
-// rather than splitting each expert's columns.
-bool moe_splits_tokens(int64_t rows, int64_t top_k, int64_t n_experts, int64_t threads);
+// How run_Moe shares a step's experts among the threads (moe_op.cc):
+//   kColumns: each expert's columns (decode, and too few rows per expert);
+//   kTokens:  each thread its share of the tokens and every expert they
+//             chose (run_by_tokens);
+//   kExperts: each thread whole experts over all their tokens
+//             (run_by_experts), for f32 expert weights.
+enum class MoeSplit : int32_t { kColumns = 0, kTokens = 1, kExperts = 2 };
+
+// The split run_Moe takes for `rows` tokens on `threads` threads with
+// routed experts of `expert_dtype` (kExperts falls back to kTokens when
+// assign_experts finds no balanced assignment).
+MoeSplit moe_prefill_split(int64_t rows, int64_t top_k, int64_t n_experts, int64_t threads, ir::DType expert_dtype);
+
+// The expert split's assignment: bin_of[e] is expert e's thread, or -1 if
+// no row was routed to it (offs: each expert's first grouped row, n_experts
+// + 1 of them). Returns false when some thread gets no expert or the
+// busiest gets more than 1.1 times the mean cost (rows + 4 an expert).
+bool assign_experts(const int32_t* offs, int64_t n_experts, int64_t threads, int32_t* bin_of);
+
+// After run_Moe: the split its last call took.
+MoeSplit moe_split_taken(const OpCall& c);
 
 // expert_dtype: the routed experts' weight dtype; shared_ff: the shared
 // expert's hidden width (0: none).

@@ -26,8 +26,8 @@ constexpr int kMaxBins = 64;
 
 struct MoeLayout {
   // Offsets into the workspace, each 64-byte aligned.
-  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, prep, prep_h, bin_offs, sh_h, sh_g,
-      sh_y, sh_logit, total;
+  uint64_t logits, sel, wts, count, offs, slot_of, order, xg, hbuf, gbuf, ybuf, prep, prep_h, bin_offs, bin_of, split,
+      sh_h, sh_g, sh_y, sh_logit, total;
 };
 
 // dt: the routed experts' weight dtype. s: the shared expert's hidden width
@@ -61,6 +61,8 @@ MoeLayout moe_layout(int64_t t, int64_t e, int64_t k, int64_t d, int64_t f, bool
   l.prep_h = take(prepared_bytes_bound(dt, t * k, f));
   // [kMaxBins, 2, E+1] each thread's entries per expert and first entries (run_by_tokens)
   l.bin_offs = take(static_cast<uint64_t>(kMaxBins) * 2 * static_cast<uint64_t>(e + 1) * 4);
+  l.bin_of = take(static_cast<uint64_t>(e) * 4);  // [E] each expert's thread (run_by_experts)
+  l.split = take(4);                              // the MoeSplit the last call took (moe_split_taken)
   if (s > 0) {
     const uint64_t rows = static_cast<uint64_t>(t);
     l.sh_h = take(rows * static_cast<uint64_t>(s) * 4);  // [T, S] shared hidden
@@ -141,12 +143,22 @@ void run_shared(const OpCall& c, const MoeLayout& l, const float* x, int64_t row
   for (int64_t r = 0; r < rows; ++r) c.kt->axpy(1.0f / (1.0f + std::exp(-logit[r])), y + r * d, d, out + r * d);
 }
 
-// Prefill with the tokens split across the threads (run_by_tokens) needs
-// at least this many routed rows per expert on each thread, on average.
-// With fewer, every thread streams every expert's weights for a few rows,
-// which the column split streams once. Chosen, not tuned: two of the int8
-// tile's 4 rows; a 128-token k3-base prefill on 2 threads has 16.
+// Prefill with the tokens or the experts split across the threads
+// (run_by_tokens, run_by_experts) needs at least this many routed rows per
+// expert on each thread, on average. With fewer, the token split would have
+// every thread stream every expert's weights for a few rows, and the expert
+// split would leave threads idle; the column split streams each expert once
+// over all threads. Chosen, not tuned: two of the int8 tile's 4 rows; a
+// 128-token k3-base prefill on 2 threads has 16.
 constexpr int64_t kTokenSplitMinRowsPerExpert = 8;
+
+// The expert split's balance (assign_experts): an expert costs its rows
+// plus kExpertStreamRows for streaming its weights, and the split is taken
+// only while the busiest thread's cost is at most kMaxExpertImbalance times
+// the mean. Chosen, not tuned (they were the split's first version's, under
+// which every layer of a 128-token k3-base prefill took it on 2 threads).
+constexpr int64_t kExpertStreamRows = 4;
+constexpr double kMaxExpertImbalance = 1.1;
 
 struct ExpertPass {
   int64_t n_exp, k, per, d, f;
@@ -267,22 +279,19 @@ void combine(const OpCall& c, const MoeLayout& l, int64_t t, int64_t d, int64_t 
 // runs every expert its tokens chose over them (run_expert) and combines
 // its tokens' outputs: one region, and no activation crosses to the other
 // core; each thread streams the weights of every expert its tokens chose.
-// The split it replaced gave each thread whole experts (no weight read
-// twice) but handed every token's input and result rows between the cores;
-// where the two vCPUs sit on different L3s (this host, some minutes: a
-// 300-400 ns round trip between them against 50-65) two-thread int8
-// prefill of k3-base took 82-85 ms a step that way against 79-80 ms now;
+// The expert split (run_by_experts, which f32 experts take) gives each
+// thread whole experts (no weight read twice) but hands every token's input
+// and result rows between the cores; where the two vCPUs sat on different
+// L3s (the Zen 4 host, some minutes: a 300-400 ns round trip between them
+// against 50-65) two-thread int8 prefill of k3-base took 82-85 ms a step
+// that way against 79-80 ms with the token split;
 // where they share one, reading each expert once was about 2% faster
 // (medians 68.6 against 70.2 ms; docs/performance.md, "The MoE splits
 // tokens, not experts"). Each token's result is the
 // same bits as on one thread (a product's element does not depend on M).
-// Returns whether it ran (false: fewer than kTokenSplitMinRowsPerExpert
-// rows per expert and thread, or one thread; the caller takes the column
-// split).
-bool run_by_tokens(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x, int64_t rows,
+void run_by_tokens(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x, int64_t rows,
                    const float* residual) {
   const int64_t bins = c.pool->size();
-  if (!moe_splits_tokens(rows, p.k, p.n_exp, bins)) return false;
   c.pool->run_chunks(bins, [&](int64_t bin, int64_t n_bins) {
     int64_t b, e;
     ThreadPool::split_range(rows, 1, bin, n_bins, b, e);
@@ -294,7 +303,44 @@ bool run_by_tokens(const OpCall& c, const MoeLayout& l, const ExpertPass& p, con
     for (int64_t ex = 0; ex < p.n_exp; ++ex) run_expert(c, l, p, x, ex, offs[ex], offs[ex + 1]);
     for (int64_t t = b; t < e; ++t) combine(c, l, t, p.d, p.k, 0, p.d, residual);
   });
+  // All threads' entries per expert, for moe_active_experts.
+  expert_offsets(at<int32_t>(c.workspace, l.sel), 0, rows * p.k, p.n_exp, at<int32_t>(c.workspace, l.offs));
+}
+
+// Prefill with whole experts split across the threads, for f32 experts
+// (moe_prefill_split): after the routing and grouping of every row, each
+// thread runs the experts assign_experts gave it (run_expert: gather,
+// multiply, activate, multiply), then the tokens' outputs are combined in
+// a second region, split as the norm before split the rows. Each expert's
+// weights are streamed once a step, where the token split streams them
+// once per thread; what it costs is the input and result rows that cross
+// between the cores. The same bits as one thread (a product's element does
+// not depend on M). Returns whether it ran (false: assign_experts found no
+// balanced assignment; the caller takes the token split).
+bool run_by_experts(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x, int64_t rows,
+                    const float* residual) {
+  const int64_t bins = c.pool->size();
+  const int32_t* offs = at<int32_t>(c.workspace, l.offs);
+  int32_t* bin_of = at<int32_t>(c.workspace, l.bin_of);
+  if (!assign_experts(offs, p.n_exp, bins, bin_of)) return false;
+  c.pool->run_chunks(bins, [&](int64_t bin, int64_t) {
+    for (int64_t ex = 0; ex < p.n_exp; ++ex)
+      if (bin_of[ex] == bin) run_expert(c, l, p, x, ex, offs[ex], offs[ex + 1]);
+  });
+  c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) combine(c, l, t, p.d, p.k, 0, p.d, residual);
+  });
   return true;
+}
+
+// 1-2 for every row: split across the threads as the norm before split
+// them (a token's logits do not depend on the rows beside it: gemm_nt's
+// contract) when there are enough values; decode's few on this thread.
+void route_all(const OpCall& c, const MoeLayout& l, const ExpertPass& p, const float* x, int64_t rows) {
+  if (rows * p.d < kParallelValues)
+    route_rows(c, l, p, x, 0, rows);
+  else
+    c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) { route_rows(c, l, p, x, b, e); });
 }
 
 // After the routed experts: the shared expert, if any, then the residual
@@ -309,8 +355,52 @@ void finish_output(const OpCall& c, const MoeLayout& l, const float* x, int64_t 
 
 }  // namespace
 
-bool moe_splits_tokens(int64_t rows, int64_t top_k, int64_t n_experts, int64_t threads) {
-  return threads >= 2 && threads <= kMaxBins && rows * top_k >= kTokenSplitMinRowsPerExpert * n_experts * threads;
+MoeSplit moe_prefill_split(int64_t rows, int64_t top_k, int64_t n_experts, int64_t threads, ir::DType expert_dtype) {
+  if (threads < 2 || threads > kMaxBins || rows * top_k < kTokenSplitMinRowsPerExpert * n_experts * threads)
+    return MoeSplit::kColumns;
+  // The token split streams every expert once per thread. For f32 weights
+  // those extra bytes outweigh the rows the expert split hands between the
+  // cores: two-thread fp32 prefill of k3-base (panels, a disturbed AVX2 Zen
+  // 3), 12 pairs in turn, step medians 212 ms against 224 (MoE op 169
+  // against 182.5); the final build against the one before, 10 pairs, 252
+  // against 263. For bf16 the same within noise (step medians 303.5 /
+  // 299.5 ms, 10 pairs) and for int8 the token split was faster (204 /
+  // 224), as it was far apart on the Zen 4 host (docs/performance.md,
+  // "Whole experts per thread for f32 weights").
+  return expert_dtype == ir::DType::kF32 ? MoeSplit::kExperts : MoeSplit::kTokens;
+}
+
+bool assign_experts(const int32_t* offs, int64_t n_experts, int64_t threads, int32_t* bin_of) {
+  if (threads < 1 || threads > kMaxBins) return false;
+  int64_t load[kMaxBins] = {};
+  int64_t total = 0, active = 0;
+  for (int64_t e = 0; e < n_experts; ++e) bin_of[e] = -1;
+  // Largest first: the unplaced expert with the most rows each time
+  // (n_experts is small; no sort buffer), onto the least loaded thread.
+  for (;;) {
+    int64_t best = -1, best_cost = 0;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const int64_t cnt = offs[e + 1] - offs[e], cost = cnt + kExpertStreamRows;
+      if (cnt > 0 && bin_of[e] < 0 && cost > best_cost) best = e, best_cost = cost;
+    }
+    if (best < 0) break;
+    int64_t b = 0;
+    for (int64_t i = 1; i < threads; ++i)
+      if (load[i] < load[b]) b = i;
+    bin_of[best] = static_cast<int32_t>(b);
+    load[b] += best_cost;
+    total += best_cost;
+    ++active;
+  }
+  const int64_t most = *std::max_element(load, load + threads);
+  return active >= threads && static_cast<double>(most * threads) <= kMaxExpertImbalance * static_cast<double>(total);
+}
+
+MoeSplit moe_split_taken(const OpCall& c) {
+  const int64_t n_exp = c.node->attr_int("n_experts");
+  const MoeLayout l = moe_layout(c.in[0].dim(0), n_exp, c.node->attr_int("top_k"), c.in[0].cols(), c.in[2].dim(0),
+                                 c.node->attr_int("swiglu") != 0, c.in[2].value->dtype);
+  return static_cast<MoeSplit>(*at<int32_t>(c.workspace, l.split));
 }
 
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,
@@ -352,21 +442,30 @@ void run_Moe(const OpCall& c) {
   const int res = ir::residual_input(*c.node);
   const float* residual = res >= 0 ? c.in[res].f32() : nullptr;
   const ExpertPass pass{n_exp, k, per, d, f, swiglu, renormalize, dt};
+  const bool dense = c.node->attr_int("dense") != 0;
+  MoeSplit split = dense ? MoeSplit::kColumns : moe_prefill_split(rows, k, n_exp, c.pool->size(), dt);
+  int32_t* split_taken = at<int32_t>(c.workspace, l.split);
 
-  if (c.node->attr_int("dense") == 0 && run_by_tokens(c, l, pass, x, rows, residual)) {
-    expert_offsets(sel, 0, rows * k, n_exp, offs);  // all threads' entries per expert, for moe_active_experts
+  if (split == MoeSplit::kExperts) {
+    route_all(c, l, pass, x, rows);
+    group_entries(c, l, pass, 0, rows, count, offs);
+    if (run_by_experts(c, l, pass, x, rows, residual)) {
+      *split_taken = static_cast<int32_t>(split);
+      finish_output(c, l, x, rows, d, residual);
+      return;
+    }
+    split = MoeSplit::kTokens;  // no balanced assignment: each thread routes its share again
+  }
+  *split_taken = static_cast<int32_t>(split);
+  if (split == MoeSplit::kTokens) {
+    run_by_tokens(c, l, pass, x, rows, residual);
     finish_output(c, l, x, rows, d, residual);
     return;
   }
-  // 1-2. Prefill's rows split across the threads as the norm before split
-  //      them (a token's logits do not depend on the rows beside it:
-  //      gemm_nt's contract); decode's few on this thread.
-  if (rows * d < kParallelValues)
-    route_rows(c, l, pass, x, 0, rows);
-  else
-    c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) { route_rows(c, l, pass, x, b, e); });
+  // 1-2. Routing.
+  route_all(c, l, pass, x, rows);
 
-  if (c.node->attr_int("dense") != 0) {
+  if (dense) {
     run_dense(c, x, rows, d, f, n_exp, k, per, swiglu, sel, wts, hbuf, gbuf, ybuf);
     if (residual != nullptr && l.sh_h == 0) c.kt->add(c.out[0].f32(), residual, rows * d, c.out[0].f32());
     finish_output(c, l, x, rows, d, residual);
