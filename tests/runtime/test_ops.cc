@@ -341,8 +341,10 @@ void moe_weight_dtype_case(ir::DType dt, bool swiglu, bool many = false) {
 // within tolerance of the reference. With `many`, enough rows
 // (kParallelValues values) that the one-thread routing splits them across
 // the threads too. `expect` is the split 2 threads take (e = 8 experts keep
-// the expert split balanced on 2 threads).
-void moe_prefill_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, bool many = false) {
+// the expert split balanced on 2 threads). With `shared`, a shared expert
+// (f32, of another width) runs after the routed ones.
+void moe_prefill_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual, bool many = false,
+                            bool shared = false) {
   OpTester t;
   const int64_t d = 64, f = 96, tokens = many ? kParallelValues / d + 5 : 20 * e + 3;
   const MoeSplit expect = dt == ir::DType::kF32 ? MoeSplit::kExperts : MoeSplit::kTokens;
@@ -353,9 +355,19 @@ void moe_prefill_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual,
   int x = t.f32("x", {tokens, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
   add_experts(t, in, e, d, f, dt, swiglu);
+  if (shared) {
+    in.push_back(t.f32("s_up", {40, d}));
+    in.push_back(t.f32("s_gate", {40, d}));
+    in.push_back(t.f32("s_down", {d, 40}));
+    in.push_back(t.f32("s_g", {1, d}));
+  }
   if (residual) in.push_back(t.f32("r", {tokens, d}, RowDim::kTokens));
   t.node(OpKind::kMoe, in,
-         {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}, {"residual", int64_t{residual}}});
+         {{"n_experts", e},
+          {"top_k", int64_t{2}},
+          {"swiglu", int64_t{swiglu}},
+          {"shared", int64_t{shared}},
+          {"residual", int64_t{residual}}});
   t.check(tokens, 0, dt == ir::DType::kF32 ? kTol : kRoundedTol);
   expect_one_threads_bits(t, tokens);
   // The split each pool took: one thread the column split; the expert split
@@ -416,6 +428,8 @@ void test_Moe() {
   }
   moe_prefill_split_case(ir::DType::kQ8, 4, false, true, /*many=*/true);
   moe_prefill_split_case(ir::DType::kF32, 8, true, false, /*many=*/true);
+  moe_prefill_split_case(ir::DType::kF32, 8, true, true, false, /*shared=*/true);
+  moe_prefill_split_case(ir::DType::kQ8, 4, true, true, false, /*shared=*/true);
 }
 
 void test_GatherRows() {
