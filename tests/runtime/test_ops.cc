@@ -447,7 +447,7 @@ void test_GatherRows() {
 K3_OP_LIST(K3_OP_TEST)
 #undef K3_OP_TEST
 
-// The token and expert splits need kTokenSplitMinRowsPerExpert (8) routed
+// The token and expert splits need kPrefillSplitMinRowsPerExpert (8) routed
 // rows per expert and thread on average, and a pool of 2..64 threads; f32
 // experts take the expert split, the others the token split.
 TEST(MoePrefillSplit, TakenOnlyWithEnoughRowsPerExpertAndThread) {

@@ -150,7 +150,7 @@ void run_shared(const OpCall& c, const MoeLayout& l, const float* x, int64_t row
 // split would leave threads idle; the column split streams each expert once
 // over all threads. Chosen, not tuned: two of the int8 tile's 4 rows; a
 // 128-token k3-base prefill on 2 threads has 16.
-constexpr int64_t kTokenSplitMinRowsPerExpert = 8;
+constexpr int64_t kPrefillSplitMinRowsPerExpert = 8;
 
 // The expert split's balance (assign_experts): an expert costs its rows
 // plus kExpertStreamRows for streaming its weights, and the split is taken
@@ -353,20 +353,26 @@ void finish_output(const OpCall& c, const MoeLayout& l, const float* x, int64_t 
   if (residual != nullptr) c.kt->add(out, residual, rows * d, out);
 }
 
+// The layout of this call's workspace (the node's shapes and attributes).
+MoeLayout layout_of(const OpCall& c) {
+  return moe_layout(c.in[0].dim(0), c.node->attr_int("n_experts"), c.node->attr_int("top_k"), c.in[0].cols(),
+                    c.in[2].dim(0), c.node->attr_int("swiglu") != 0, c.in[2].value->dtype, shared_ff(c));
+}
+
 }  // namespace
 
 MoeSplit moe_prefill_split(int64_t rows, int64_t top_k, int64_t n_experts, int64_t threads, ir::DType expert_dtype) {
-  if (threads < 2 || threads > kMaxBins || rows * top_k < kTokenSplitMinRowsPerExpert * n_experts * threads)
+  if (threads < 2 || threads > kMaxBins || rows * top_k < kPrefillSplitMinRowsPerExpert * n_experts * threads)
     return MoeSplit::kColumns;
   // The token split streams every expert once per thread. For f32 weights
   // those extra bytes outweigh the rows the expert split hands between the
   // cores: two-thread fp32 prefill of k3-base (panels, a disturbed AVX2 Zen
-  // 3), 12 pairs in turn, step medians 212 ms against 224 (MoE op 169
-  // against 182.5); the final build against the one before, 10 pairs, 252
-  // against 263. For bf16 the same within noise (step medians 303.5 /
-  // 299.5 ms, 10 pairs) and for int8 the token split was faster (204 /
-  // 224), as it was far apart on the Zen 4 host (docs/performance.md,
-  // "Whole experts per thread for f32 weights").
+  // 3), 12 pairs in turn, step medians 211.6 ms against 224.4 (MoE op
+  // 168.9 against 182.8); the final build against the one before, 10
+  // pairs, 251.9 against 263.1. For bf16 the same within noise (step
+  // medians 303.4 / 299.1 ms, 10 pairs); for int8 the token split's steps
+  // were faster (204.1 / 224.4), as it was far apart on the Zen 4 host
+  // (docs/performance.md, "Whole experts per thread for f32 weights").
   return expert_dtype == ir::DType::kF32 ? MoeSplit::kExperts : MoeSplit::kTokens;
 }
 
@@ -397,10 +403,7 @@ bool assign_experts(const int32_t* offs, int64_t n_experts, int64_t threads, int
 }
 
 MoeSplit moe_split_taken(const OpCall& c) {
-  const int64_t n_exp = c.node->attr_int("n_experts");
-  const MoeLayout l = moe_layout(c.in[0].dim(0), n_exp, c.node->attr_int("top_k"), c.in[0].cols(), c.in[2].dim(0),
-                                 c.node->attr_int("swiglu") != 0, c.in[2].value->dtype);
-  return static_cast<MoeSplit>(*at<int32_t>(c.workspace, l.split));
+  return static_cast<MoeSplit>(*at<int32_t>(c.workspace, layout_of(c).split));
 }
 
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,
@@ -411,9 +414,7 @@ uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k,
 int64_t moe_active_experts(const OpCall& c) {
   const int64_t n_exp = c.node->attr_int("n_experts");
   if (c.node->attr_int("dense") != 0) return n_exp;  // every expert runs
-  const MoeLayout l = moe_layout(c.in[0].dim(0), n_exp, c.node->attr_int("top_k"), c.in[0].cols(), c.in[2].dim(0),
-                                 c.node->attr_int("swiglu") != 0, c.in[2].value->dtype);
-  const int32_t* offs = at<int32_t>(c.workspace, l.offs);
+  const int32_t* offs = at<int32_t>(c.workspace, layout_of(c).offs);
   int64_t active = 0;
   for (int64_t e = 0; e < n_exp; ++e) active += offs[e + 1] > offs[e];
   return active;
@@ -423,10 +424,10 @@ void run_Moe(const OpCall& c) {
   const int64_t n_exp = c.node->attr_int("n_experts"), k = c.node->attr_int("top_k");
   const bool swiglu = c.node->attr_int("swiglu") != 0;
   const int64_t per = ir::moe_matrices_per_expert(*c.node);
-  const int64_t rows = c.in[0].rows, d = c.in[0].cols(), f = c.in[2].dim(0), max_rows = c.in[0].dim(0);
+  const int64_t rows = c.in[0].rows, d = c.in[0].cols(), f = c.in[2].dim(0);
   const bool renormalize = c.node->attr_int("renormalize", 1) != 0;
   const ir::DType dt = c.in[2].value->dtype;  // every routed expert's matrices have it (weight-precision)
-  const MoeLayout l = moe_layout(max_rows, n_exp, k, d, f, swiglu, dt, shared_ff(c));
+  const MoeLayout l = layout_of(c);
   const int32_t* sel = at<int32_t>(c.workspace, l.sel);
   const float* wts = at<float>(c.workspace, l.wts);
   int32_t* count = at<int32_t>(c.workspace, l.count);
@@ -449,16 +450,12 @@ void run_Moe(const OpCall& c) {
   if (split == MoeSplit::kExperts) {
     route_all(c, l, pass, x, rows);
     group_entries(c, l, pass, 0, rows, count, offs);
-    if (run_by_experts(c, l, pass, x, rows, residual)) {
-      *split_taken = static_cast<int32_t>(split);
-      finish_output(c, l, x, rows, d, residual);
-      return;
-    }
-    split = MoeSplit::kTokens;  // no balanced assignment: each thread routes its share again
+    // No balanced assignment: the token split, each thread routing its share again.
+    if (!run_by_experts(c, l, pass, x, rows, residual)) split = MoeSplit::kTokens;
   }
   *split_taken = static_cast<int32_t>(split);
-  if (split == MoeSplit::kTokens) {
-    run_by_tokens(c, l, pass, x, rows, residual);
+  if (split == MoeSplit::kTokens) run_by_tokens(c, l, pass, x, rows, residual);
+  if (split != MoeSplit::kColumns) {
     finish_output(c, l, x, rows, d, residual);
     return;
   }
