@@ -103,6 +103,15 @@ struct ReadNext {
 // neighbourhood; below it the numerator is 0.
 inline constexpr float kExpShiftedMin = -87.3f;
 
+// What an attend call leaves besides its output: the largest score (after
+// scale) and the sum of exp(score - max) over the positions, so that the
+// outputs of consecutive pieces of one row can be merged exactly as one
+// softmax (runtime/ops/attention_op.cc). len == 0: {-inf, 0}.
+struct AttendStats {
+  float max;
+  float sum;
+};
+
 struct KernelTable {
   Isa isa;
   // The level the streaming tiles prefetch into (the AVX-512 and amx tables
@@ -239,23 +248,24 @@ struct KernelTable {
   // Attention of one query head over `len` cached positions:
   //   s[j] = scale * dot(q, K[j]),  p = softmax(s),  out = sum_j p[j] * V[j]
   // q: [hd]; K, V: [len, hd] with row stride `stride` floats; out: [hd].
+  // Returns max_j s[j] and sum_j exp(s[j] - max) (AttendStats).
   // No allocation: an online softmax, or (AVX-512, rows of the cache's
   // shape) passes over chunks of scores held on the stack.
-  void (*attend)(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride, float scale,
-                 float* out);
+  AttendStats (*attend)(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
+                        float scale, float* out);
   // attend over a bf16 cache (k3 compile --kv-dtype bf16): K and V rows
   // hold bf16 values (stride in elements), widened exactly to f32 as they
   // are read; q, the scores and the output stay f32. Results equal attend's
   // on the widened rows up to the summation order.
-  void (*attend_bf16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd, int64_t stride,
-                      float scale, float* out);
+  AttendStats (*attend_bf16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd,
+                             int64_t stride, float scale, float* out);
   // attend and attend_bf16 for rows already in cache (a prefill chunk's,
   // which the slot's next token read just before): the same bits, without
   // the software prefetch that a decode step's reads from memory need.
-  void (*attend_cached)(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
-                        float scale, float* out);
-  void (*attend_bf16_cached)(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd,
-                             int64_t stride, float scale, float* out);
+  AttendStats (*attend_cached)(const float* q, const float* k, const float* v, int64_t len, int64_t hd, int64_t stride,
+                               float scale, float* out);
+  AttendStats (*attend_bf16_cached)(const float* q, const uint16_t* k, const uint16_t* v, int64_t len, int64_t hd,
+                                    int64_t stride, float scale, float* out);
 };
 
 // The scalar reference table (always available).

@@ -1300,11 +1300,13 @@ TEST_P(KernelTest, RmsNorm) {
 // ---- attention -------------------------------------------------------------
 
 // Runs t and the reference on the same cache; |out - ref| <= tol * max|V|.
+// The stats (the largest score and the sum of exp(score - max)) agree too:
+// the attention op merges pieces of a row by them.
 void check_attend(const KernelTable& t, const std::vector<float>& q, const std::vector<float>& k,
                   const std::vector<float>& v, int64_t len, int64_t hd, int64_t stride, float scale, float tol) {
   std::vector<float> out(static_cast<size_t>(hd), 123.0f), want(static_cast<size_t>(hd));
-  t.attend(q.data(), k.data(), v.data(), len, hd, stride, scale, out.data());
-  scalar_table().attend(q.data(), k.data(), v.data(), len, hd, stride, scale, want.data());
+  const AttendStats got_s = t.attend(q.data(), k.data(), v.data(), len, hd, stride, scale, out.data());
+  const AttendStats want_s = scalar_table().attend(q.data(), k.data(), v.data(), len, hd, stride, scale, want.data());
   float vmax = 0.0f;
   for (float x : v) vmax = std::fmax(vmax, std::fabs(x));
   for (int64_t i = 0; i < hd; ++i) {
@@ -1312,6 +1314,9 @@ void check_attend(const KernelTable& t, const std::vector<float>& q, const std::
     ASSERT_NEAR(out[i], want[i], tol * std::fmax(vmax, 1e-30f))
         << "len=" << len << " hd=" << hd << " stride=" << stride << " i=" << i;
   }
+  ASSERT_NEAR(got_s.max, want_s.max, 1e-5f * std::fmax(1.0f, std::fabs(want_s.max))) << "len=" << len << " hd=" << hd;
+  ASSERT_GE(want_s.sum, 1.0f);  // the max's own term is exp(0)
+  ASSERT_NEAR(got_s.sum, want_s.sum, 1e-5f * want_s.sum) << "len=" << len << " hd=" << hd;
 }
 
 // Strides past hd and equal to it (the attention op's rows, which the
@@ -1456,8 +1461,10 @@ TEST_P(KernelTest, AttendNanInTheCacheIsNan) {
 
 TEST_P(KernelTest, AttendEmptyIsZero) {
   std::vector<float> q(64, 1.0f), out(64, 5.0f);
-  t().attend(q.data(), nullptr, nullptr, 0, 64, 64, 1.0f, out.data());
+  const AttendStats st = t().attend(q.data(), nullptr, nullptr, 0, 64, 64, 1.0f, out.data());
   for (float o : out) EXPECT_EQ(o, 0.0f);
+  EXPECT_EQ(st.max, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(st.sum, 0.0f);
 }
 
 // Scores in the thousands: exp(s) would overflow without max subtraction.

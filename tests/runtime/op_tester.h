@@ -113,10 +113,15 @@ class OpTester {
   // The split a Moe node's fast op took on `threads` threads
   // (moe_split_taken, read from the op's workspace after the call).
   MoeSplit fast_split(int64_t tokens, int threads) {
-    ThreadPool pool(threads);
     MoeSplit split = MoeSplit::kColumns;
-    run(fast_op(g_.nodes()[0].op), tokens, 0, pool, [&](const OpCall& c) { split = moe_split_taken(c); });
+    fast_inspect(tokens, threads, [&](const OpCall& c) { split = moe_split_taken(c); });
     return split;
+  }
+  // Runs the fast op on `threads` threads, then hands its call (workspace
+  // included) to `after`.
+  void fast_inspect(int64_t tokens, int threads, const std::function<void(const OpCall&)>& after) {
+    ThreadPool pool(threads);
+    run(fast_op(g_.nodes()[0].op), tokens, 0, pool, after);
   }
 
  private:

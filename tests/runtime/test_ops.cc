@@ -211,6 +211,7 @@ void test_Rope() {
 }
 
 void attention_scale_case();
+void attention_pieces_case();
 
 void test_CachedAttention() {
   // Hq=4, Hkv=2, hd=16; two slots of 16 positions. Token rows: slot 0 pos 5,
@@ -232,6 +233,57 @@ void test_CachedAttention() {
     t.check(4, 0, kTol);
   }
   attention_scale_case();
+  attention_pieces_case();
+}
+
+// Rows longer than 256 positions are attended in pieces and merged. A
+// decode step of one token's 5 heads on 2 or 3 threads hands the pieces to
+// the threads; the same row in a step of 2 tokens (10 rows, even on 2
+// threads) is attended whole by one thread. Both give the same bits, as
+// one thread does, and match the reference.
+void attention_pieces_case() {
+  for (ir::DType cache : {ir::DType::kF32, ir::DType::kBF16}) {
+    OpTester t(7);
+    int q = t.f32("q", {2, 320}, RowDim::kTokens);
+    int k = t.f32("k", {2, 320}, RowDim::kTokens);
+    int v = t.f32("v", {2, 320}, RowDim::kTokens);
+    int pos = t.i32("pos", {700, 701}, RowDim::kTokens);
+    int slot = t.i32("slot", {0, 0}, RowDim::kTokens);
+    int kc = t.state("k_cache", {1, 5, 1024, 64}, cache);
+    int vc = t.state("v_cache", {1, 5, 1024, 64}, cache);
+    t.node(OpKind::kCachedAttention, {q, k, v, pos, slot, kc, vc},
+           {{"n_heads", int64_t{5}}, {"n_kv_heads", int64_t{5}}, {"head_dim", int64_t{64}}});
+    t.check(1, 0, kTol);
+    t.check(2, 0, kTol);
+    auto pieces = [&](int64_t tokens, int threads) {
+      int64_t taken = -1;
+      t.fast_inspect(tokens, threads, [&](const OpCall& c) { taken = attention_pieces_taken(c); });
+      return taken;
+    };
+    EXPECT_EQ(pieces(1, 2), 15);  // len 701: 3 pieces of 240 positions, 5 heads
+    EXPECT_EQ(pieces(1, 3), 15);
+    EXPECT_EQ(pieces(1, 1), 0);
+    EXPECT_EQ(pieces(2, 2), 0);
+    const auto one = t.fast_outputs(1, 0, 1)[0];
+    for (int threads : {2, 3}) EXPECT_EQ(t.fast_outputs(1, 0, threads)[0], one) << threads << " threads";
+    const auto two = t.fast_outputs(2, 0, 2)[0];
+    EXPECT_EQ(std::vector<float>(two.begin(), two.begin() + 320), one);
+  }
+  // A row of at most 256 positions is one piece: nothing handed out.
+  OpTester t(8);
+  int q = t.f32("q", {1, 320}, RowDim::kTokens);
+  int k = t.f32("k", {1, 320}, RowDim::kTokens);
+  int v = t.f32("v", {1, 320}, RowDim::kTokens);
+  int pos = t.i32("pos", {255}, RowDim::kTokens);
+  int slot = t.i32("slot", {0}, RowDim::kTokens);
+  int kc = t.state("k_cache", {1, 5, 512, 64});
+  int vc = t.state("v_cache", {1, 5, 512, 64});
+  t.node(OpKind::kCachedAttention, {q, k, v, pos, slot, kc, vc},
+         {{"n_heads", int64_t{5}}, {"n_kv_heads", int64_t{5}}, {"head_dim", int64_t{64}}});
+  int64_t taken = -1;
+  t.fast_inspect(1, 2, [&](const OpCall& c) { taken = attention_pieces_taken(c); });
+  EXPECT_EQ(taken, 0);
+  t.check(1, 0, kTol);
 }
 
 void attention_scale_case() {

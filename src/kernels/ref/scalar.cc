@@ -4,6 +4,7 @@
 // sums), one element at a time.
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/kernels.h"
 #include "kernels/tiles_via_rows.h"
@@ -293,15 +294,15 @@ inline float cache_value(uint16_t x) {
 // score, pass 2 recomputes each score and accumulates exp(s - max) * V[j].
 // len == 0 yields zeros (an empty weighted sum).
 template <class T>
-void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
-                 float* out) {
+AttendStats attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                        float* out) {
   auto score = [&](int64_t j) {
     float dot = 0.0f;
     for (int64_t i = 0; i < hd; ++i) dot += q[i] * cache_value(k[j * stride + i]);
     return scale * dot;
   };
   for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
-  if (len == 0) return;
+  if (len == 0) return {-std::numeric_limits<float>::infinity(), 0.0f};
   float max_s = score(0);
   for (int64_t j = 1; j < len; ++j) max_s = std::fmax(max_s, score(j));
   float sum = 0.0f;
@@ -311,6 +312,7 @@ void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd
     for (int64_t i = 0; i < hd; ++i) out[i] += p * cache_value(v[j * stride + i]);
   }
   for (int64_t i = 0; i < hd; ++i) out[i] /= sum;
+  return {max_s, sum};
 }
 
 constexpr KernelTable kTable = {

@@ -1021,8 +1021,8 @@ struct OnlineSoftmax {
 constexpr int64_t kAttendAhead = 8;
 
 template <int NV, class T>
-void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
-                 float* out) {
+AttendStats attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                        float* out) {
   // One prefetch per 64-byte line: 16 f32 (two vectors) or 32 bf16 (four).
   constexpr int kLineVectors = sizeof(T) == 2 ? 4 : 2;
   OnlineSoftmax<NV, T> st;
@@ -1050,6 +1050,7 @@ void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd
 #pragma GCC unroll 16
   for (int vi = 0; vi < NV - 1; ++vi) _mm256_storeu_ps(out + vi * kW, _mm256_div_ps(st.acc[vi], vl));
   _mm256_maskstore_ps(out + (NV - 1) * kW, tail_mask(hd - (NV - 1) * kW), _mm256_div_ps(st.acc[NV - 1], vl));
+  return {st.mx, st.l};
 }
 
 // The 8 sums of d[0..7] in one vector, lane b = d[b]'s (a horizontal-add
@@ -1089,7 +1090,7 @@ constexpr int64_t kScoreChunk = 512;
 // 41.5-46.5 / 39.7-45.6 -> 69.6-76.9 / 64.0-65.3; streamed 12.8-15.9 /
 // 14.9-16.9 -> 14.0-20.3 / 17.7-19.2.
 template <int NV, class T>
-void attend_dense(const float* q, const T* k, const T* v, int64_t len, float scale, float* out) {
+AttendStats attend_dense(const float* q, const T* k, const T* v, int64_t len, float scale, float* out) {
   constexpr int64_t hd = NV * kW;
   constexpr bool kTwoSets = NV <= 4;
   __m256 acc0[NV], acc1[NV];
@@ -1186,13 +1187,14 @@ void attend_dense(const float* q, const T* k, const T* v, int64_t len, float sca
     const __m256 a = kTwoSets ? _mm256_add_ps(acc0[vi], acc1[vi]) : acc0[vi];
     _mm256_storeu_ps(out + vi * kW, _mm256_div_ps(a, vl));
   }
+  return {mx, l};
 }
 
 // Any hd, len >= 1: the same online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
 template <class T>
-void attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
-                float* out) {
+AttendStats attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                       float* out) {
   zero(out, hd);
   float mx = -__builtin_inff();
   float l = 0.0f;
@@ -1222,10 +1224,11 @@ void attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd,
   }
   const __m256 vl = _mm256_set1_ps(l);
   map1(out, hd, out, [vl](__m256 o) { return _mm256_div_ps(o, vl); });
+  return {mx, l};
 }
 
 template <class T>
-using AttendFn = void (*)(const float*, const T*, const T*, int64_t, int64_t, int64_t, float, float*);
+using AttendFn = AttendStats (*)(const float*, const T*, const T*, int64_t, int64_t, int64_t, float, float*);
 
 // kAttendRegs<T>[nv - 1] handles hd in ((nv - 1) * 8, nv * 8], i.e. up to
 // 128; beyond that the accumulator would live on the stack anyway.
@@ -1238,7 +1241,7 @@ constexpr AttendFn<T> kAttendRegs[] = {
 };
 constexpr int64_t kMaxRegVectors = 16;
 template <class T>
-using DenseAttendFn = void (*)(const float*, const T*, const T*, int64_t, float, float*);
+using DenseAttendFn = AttendStats (*)(const float*, const T*, const T*, int64_t, float, float*);
 // kAttendDense<T>[nv - 1]: rows of exactly nv vectors.
 template <class T>
 constexpr DenseAttendFn<T> kAttendDense[] = {
@@ -1250,14 +1253,17 @@ constexpr int64_t kMaxDenseVectors = 8;
 // q: [hd]; k, v: [len, hd] with row stride `stride`; out: [hd]. len == 0
 // gives zeros, as in the reference.
 template <class T>
-void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
-                 float* out) {
-  if (len == 0) return zero(out, hd);
+AttendStats attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                        float* out) {
+  if (len == 0) {
+    zero(out, hd);
+    return {-__builtin_inff(), 0.0f};
+  }
   const int64_t nv = (hd + kW - 1) / kW;
-  if (nv == 0) return;
+  if (nv == 0) return {0.0f, static_cast<float>(len)};  // hd 0: every score 0
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
   if (nv <= kMaxDenseVectors && hd == nv * kW && stride == hd) return kAttendDense<T>[nv - 1](q, k, v, len, scale, out);
-  kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
+  return kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 
 constexpr KernelTable kTable = {

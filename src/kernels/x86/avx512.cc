@@ -678,8 +678,8 @@ struct OnlineSoftmax {
 // q: [hd]; k, v: [len, hd] with row stride `stride` (elements of T); out:
 // [hd]; hd <= NV * 16. Rows of other lengths than the cache's (attend_dense).
 template <int NV, class T>
-void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
-                 float* out) {
+AttendStats attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                        float* out) {
   // One prefetch per 64-byte line: a line holds 16 f32 or 32 bf16 values.
   constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;
   OnlineSoftmax<NV, T> st;
@@ -707,6 +707,7 @@ void attend_regs(const float* q, const T* k, const T* v, int64_t len, int64_t hd
 #pragma GCC unroll 16
   for (int vi = 0; vi < NV; ++vi)
     _mm512_mask_storeu_ps(out + vi * kW, OnlineSoftmax<NV, T>::lanes(vi, hd), _mm512_div_ps(st.acc[vi], vl));
+  return {st.mx, st.l};
 }
 
 // Positions per chunk of attend_dense's scores: 2 KiB on the stack.
@@ -733,7 +734,7 @@ constexpr int64_t kScoreChunk = 512;
 // 11.5-11.6. With V fetched into L2 during pass 1 instead, streaming ran
 // 8.6-9.0 / 9.0-9.2.
 template <int NV, class T, Prefetch P, bool kPrefetch>
-void attend_dense(const float* q, const T* k, const T* v, int64_t len, float scale, float* out) {
+AttendStats attend_dense(const float* q, const T* k, const T* v, int64_t len, float scale, float* out) {
   constexpr int64_t hd = NV * kW;
   constexpr int kLineVectors = sizeof(T) == 2 ? 2 : 1;  // a 64-byte line holds 16 f32 or 32 bf16
   constexpr __mmask16 kAll = 0xFFFF;
@@ -831,13 +832,14 @@ void attend_dense(const float* q, const T* k, const T* v, int64_t len, float sca
   const __m512 vl = _mm512_set1_ps(l);
 #pragma GCC unroll 8
   for (int vi = 0; vi < NV; ++vi) _mm512_storeu_ps(out + vi * kW, _mm512_div_ps(_mm512_add_ps(acc0[vi], acc1[vi]), vl));
+  return {mx, l};
 }
 
 // Any hd, len >= 1: attend_regs's online softmax one position at a time,
 // accumulating in `out` itself (L1-resident) instead of registers.
 template <class T>
-void attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
-                float* out) {
+AttendStats attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                       float* out) {
   zero(out, hd);
   float mx = -__builtin_inff();
   float l = 0.0f;
@@ -868,12 +870,13 @@ void attend_any(const float* q, const T* k, const T* v, int64_t len, int64_t hd,
   }
   const __m512 vl = _mm512_set1_ps(l);
   map1(out, hd, out, [vl](__m512 o) { return _mm512_div_ps(o, vl); });
+  return {mx, l};
 }
 
 template <class T>
-using AttendFn = void (*)(const float*, const T*, const T*, int64_t, int64_t, int64_t, float, float*);
+using AttendFn = AttendStats (*)(const float*, const T*, const T*, int64_t, int64_t, int64_t, float, float*);
 template <class T>
-using DenseAttendFn = void (*)(const float*, const T*, const T*, int64_t, float, float*);
+using DenseAttendFn = AttendStats (*)(const float*, const T*, const T*, int64_t, float, float*);
 
 // kAttendRegs<T>[nv - 1] handles hd in ((nv - 1) * 16, nv * 16], i.e. up to 256.
 template <class T>
@@ -897,15 +900,18 @@ constexpr int64_t kMaxDenseVectors = 8;
 // gives zeros, as in the reference. kPrefetch: rows read from memory (the
 // table's attend) or in cache (attend_cached); the same bits either way.
 template <class T, Prefetch P, bool kPrefetch>
-void attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
-                 float* out) {
-  if (len == 0) return zero(out, hd);
+AttendStats attend_rows(const float* q, const T* k, const T* v, int64_t len, int64_t hd, int64_t stride, float scale,
+                        float* out) {
+  if (len == 0) {
+    zero(out, hd);
+    return {-__builtin_inff(), 0.0f};
+  }
   const int64_t nv = (hd + kW - 1) / kW;
-  if (nv == 0) return;
+  if (nv == 0) return {0.0f, static_cast<float>(len)};  // hd 0: every score 0
   if (nv > kMaxRegVectors) return attend_any(q, k, v, len, hd, stride, scale, out);
   if (nv <= kMaxDenseVectors && hd == nv * kW && stride == hd)
     return kAttendDense<T, P, kPrefetch>[nv - 1](q, k, v, len, scale, out);
-  kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
+  return kAttendRegs<T>[nv - 1](q, k, v, len, hd, stride, scale, out);
 }
 
 template <Prefetch P>

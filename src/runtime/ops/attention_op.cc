@@ -1,5 +1,6 @@
 // CachedAttention: append this step's keys/values to the fixed-slot cache,
-// then attend each query row over its own slot's positions 0..p.
+// then attend each query row over its own slot's positions 0..p (a long row
+// in pieces, which a decode step of few rows spreads over the threads).
 //
 // Writing every row first and reading up to each row's own position makes a
 // prefill chunk causal with no mask: a row never reads positions past its own.
@@ -24,13 +25,13 @@ void write_row(const float* src, int64_t hd, uint16_t* dst) {
 }
 
 // cached: the rows are in cache (kernels.h, attend_cached); the same bits.
-void attend(const kernels::KernelTable* kt, bool cached, const float* q, const float* k, const float* v, int64_t len,
-            int64_t hd, float scale, float* out) {
-  (cached ? kt->attend_cached : kt->attend)(q, k, v, len, hd, hd, scale, out);
+kernels::AttendStats attend(const kernels::KernelTable* kt, bool cached, const float* q, const float* k, const float* v,
+                            int64_t len, int64_t hd, float scale, float* out) {
+  return (cached ? kt->attend_cached : kt->attend)(q, k, v, len, hd, hd, scale, out);
 }
-void attend(const kernels::KernelTable* kt, bool cached, const float* q, const uint16_t* k, const uint16_t* v,
-            int64_t len, int64_t hd, float scale, float* out) {
-  (cached ? kt->attend_bf16_cached : kt->attend_bf16)(q, k, v, len, hd, hd, scale, out);
+kernels::AttendStats attend(const kernels::KernelTable* kt, bool cached, const float* q, const uint16_t* k,
+                            const uint16_t* v, int64_t len, int64_t hd, float scale, float* out) {
+  return (cached ? kt->attend_bf16_cached : kt->attend_bf16)(q, k, v, len, hd, hd, scale, out);
 }
 
 // Bytes at the start of the next row's K and of its V that a thread
@@ -49,6 +50,97 @@ void prefetch_start(const void* p, int64_t bytes) {
   const char* b = static_cast<const char*>(p);
   const int64_t n = std::min(bytes, kNextRowPrefetchBytes);
   for (int64_t o = 0; o < n; o += 64) __builtin_prefetch(b + o, 0, 2);
+}
+
+// A row of more than kAttendPiece positions is attended in pieces of
+// consecutive positions, each by the kernel, and the pieces' outputs are
+// merged as one softmax (PieceFold). The pieces depend on the row's length
+// alone and are folded in order by one function, so a row's bits are the
+// same whoever computed its pieces: a decode step can hand one row's pieces
+// to different threads and still give the bits of the prefill chunk that
+// attended the same row whole on one thread. k3-base's 5 heads went 3 and 2
+// to two threads; in pieces, two-thread bf16 decode at context 2000 spent
+// 9-13% less time in this op (Zen 3, docs/performance.md), at 1000 the same
+// within noise (both threads share one path to memory there).
+constexpr int64_t kAttendPiece = 256;
+// At most this many pieces a row (longer rows take longer pieces), which
+// bounds the workspace; and pieces only for hd up to kMaxPieceHd, the
+// buffer a thread folds a piece through on its stack.
+constexpr int64_t kMaxPieces = 16;
+constexpr int64_t kMaxPieceHd = 512;
+// Steps of fewer (token, head) rows than this whose count the threads do
+// not divide hand out pieces instead of rows (a decode step); the rest
+// hand out rows, each attended whole by one thread.
+constexpr int64_t kMaxPieceRows = 16;
+
+struct Pieces {
+  int64_t count = 1;  // pieces of the row
+  int64_t size = 0;   // positions in each, the last one's up to this
+};
+
+// The pieces of a row of len positions: a function of len (and hd) only.
+Pieces pieces_of(int64_t len, int64_t hd) {
+  if (len <= kAttendPiece || hd > kMaxPieceHd) return {1, len};
+  const int64_t n = std::min((len + kAttendPiece - 1) / kAttendPiece, kMaxPieces);
+  const int64_t size = ((len + n - 1) / n + 15) / 16 * 16;
+  return {(len + size - 1) / size, size};
+}
+
+// The merge of a row's pieces, folded in order. Not inlined, so that every
+// caller runs the same instructions (a contraction into FMAs chosen per
+// call site would change the bits).
+struct PieceFold {
+  float max = 0.0f;  // the largest score so far
+  float sum = 0.0f;  // sum of exp(score - max) so far
+};
+// acc[hd] = o[hd] * s.sum: the first piece, unnormalised (o and acc may be
+// the same row).
+[[gnu::noinline]] void fold_first(PieceFold& f, const float* o, kernels::AttendStats s, int64_t hd, float* acc) {
+  f.max = s.max;
+  f.sum = s.sum;
+  for (int64_t i = 0; i < hd; ++i) acc[i] = o[i] * s.sum;
+}
+// The next piece: both sides rescaled to the larger max (factors <= 1). A
+// NaN max (a NaN score) fails the comparison, and its exp makes acc NaN.
+[[gnu::noinline]] void fold_next(PieceFold& f, const float* o, kernels::AttendStats s, int64_t hd, float* acc) {
+  const float m = s.max > f.max ? s.max : f.max;
+  const float a = std::exp(f.max - m), b = s.sum * std::exp(s.max - m);
+  for (int64_t i = 0; i < hd; ++i) acc[i] = acc[i] * a + o[i] * b;
+  f.sum = f.sum * a + b;
+  f.max = m;
+}
+[[gnu::noinline]] void fold_finish(const PieceFold& f, int64_t hd, float* acc) {
+  for (int64_t i = 0; i < hd; ++i) acc[i] /= f.sum;
+}
+
+// One row whole on the calling thread: its pieces in order, each folded
+// into out as soon as it is computed.
+template <class T>
+void attend_row(const kernels::KernelTable* kt, bool cached, const float* q, const T* k, const T* v, int64_t len,
+                int64_t hd, float scale, float* out) {
+  const Pieces p = pieces_of(len, hd);
+  if (p.count == 1) {
+    attend(kt, cached, q, k, v, len, hd, scale, out);
+    return;
+  }
+  alignas(64) float o[kMaxPieceHd];
+  PieceFold f;
+  fold_first(f, out, attend(kt, cached, q, k, v, p.size, hd, scale, out), hd, out);
+  for (int64_t j = 1; j < p.count; ++j) {
+    const int64_t at = j * p.size, n = std::min(p.size, len - at);
+    fold_next(f, o, attend(kt, cached, q, k + at * hd, v + at * hd, n, hd, scale, o), hd, out);
+  }
+  fold_finish(f, hd, out);
+}
+
+// The workspace of the piece schedule: how many pieces the last call
+// handed out (0: rows), then each piece's stats and output.
+struct PieceSpace {
+  int64_t taken;
+  kernels::AttendStats stats[kMaxPieceRows * kMaxPieces];
+};
+float* piece_outputs(void* ws) {
+  return reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + (sizeof(PieceSpace) + 63) / 64 * 64);
 }
 
 template <class T>
@@ -71,23 +163,64 @@ void run_cached_attention(const OpCall& c) {
   // The scale attr (e.g. Granite's attention_multiplier) or 1/sqrt(hd).
   const double scale_attr = c.node->attr_float("scale", 0.0);
   const float scale = scale_attr > 0.0 ? static_cast<float>(scale_attr) : 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t n = rows * hq;
+  auto* space = static_cast<PieceSpace*>(c.workspace);
+  // A row whose positions a later token of the same slot read just before
+  // (rows go last first) finds them in cache, as a prefill chunk's rows do:
+  // prefetch hints only cost there. One thread, k3-base int8 prefill of 128
+  // tokens (k3 profile --phase prefill -t 1, 3 rounds in turn),
+  // CachedAttention: 14.9 -> 10.3 ms without this op's next-row hints, then
+  // 10.5 -> 8.4 ms with the kernel's own left out (attend_cached).
+  auto in_cache = [&](int64_t tok) { return tok + 1 < rows && slot[tok + 1] == slot[tok]; };
+
+  // Pieces: a step of few rows whose count the threads do not divide (one
+  // token's 5 heads on 2 threads) hands out each row's pieces in order,
+  // then folds every split row's pieces on the calling thread.
+  const int threads = c.pool->size();
+  if (space != nullptr && threads > 1 && n < kMaxPieceRows && n % threads != 0 && hd <= kMaxPieceHd) {
+    int64_t first[kMaxPieceRows + 1];  // row i's pieces are items first[i] .. first[i + 1]
+    first[0] = 0;
+    for (int64_t i = 0; i < n; ++i) first[i + 1] = first[i] + pieces_of(pos[i / hq] + 1, hd).count;
+    const int64_t items = first[n];
+    if (items > n) {
+      space->taken = items;
+      float* outs = piece_outputs(c.workspace);
+      c.pool->parallel_for(items, 1, [&](int64_t b, int64_t e) {
+        int64_t i = 0;
+        for (int64_t it = b; it < e; ++it) {
+          while (first[i + 1] <= it) ++i;
+          const int64_t t = i / hq, g = i % hq / group, len = pos[t] + 1, j = it - first[i];
+          const Pieces p = pieces_of(len, hd);
+          const int64_t at = j * p.size, m = std::min(p.size, len - at);
+          const float* q = c.in[0].f32() + i * hd;
+          // A row of one piece is attended straight into the output.
+          float* o = p.count == 1 ? c.out[0].f32() + i * hd : outs + it * hd;
+          space->stats[it] = attend(c.kt, in_cache(t), q, row(kc, slot[t], g) + at * hd, row(vc, slot[t], g) + at * hd,
+                                    m, hd, scale, o);
+        }
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        if (first[i + 1] - first[i] == 1) continue;
+        float* out = c.out[0].f32() + i * hd;
+        PieceFold f;
+        fold_first(f, outs + first[i] * hd, space->stats[first[i]], hd, out);
+        for (int64_t it = first[i] + 1; it < first[i + 1]; ++it)
+          fold_next(f, outs + it * hd, space->stats[it], hd, out);
+        fold_finish(f, hd, out);
+      }
+      return;
+    }
+  }
+  if (space != nullptr) space->taken = 0;
+
   // Rows (token, head) last first: in a prefill chunk a later token attends
   // more positions, so the threads claim the longest rows first and the
   // short ones even out the end (a thread that took the first quarter of
   // the rows in order finished long before the one with the last).
-  const int64_t n = rows * hq;
   c.pool->parallel_for(n, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = n - 1 - r;
       const int64_t t = i / hq, h = i % hq, g = h / group;
-      // A row whose positions a later token of the same slot read just
-      // before (rows go last first) finds them in cache, as a prefill
-      // chunk's rows do: prefetch hints only cost there. One thread, k3-base
-      // int8 prefill of 128 tokens (k3 profile --phase prefill -t 1, 3
-      // rounds in turn), CachedAttention: 14.9 -> 10.3 ms without this op's
-      // next-row hints, then 10.5 -> 8.4 ms with the kernel's own left out
-      // (attend_cached).
-      auto in_cache = [&](int64_t tok) { return tok + 1 < rows && slot[tok + 1] == slot[tok]; };
       // This chunk's next row, (token, head) i - 1.
       const int64_t t1 = (i - 1) / hq, g1 = (i - 1) % hq / group;
       if (r + 1 < e && !in_cache(t1)) {
@@ -95,13 +228,23 @@ void run_cached_attention(const OpCall& c) {
         prefetch_start(row(kc, slot[t1], g1), bytes);
         prefetch_start(row(vc, slot[t1], g1), bytes);
       }
-      attend(c.kt, in_cache(t), c.in[0].f32() + i * hd, row(kc, slot[t], g), row(vc, slot[t], g), pos[t] + 1, hd, scale,
-             c.out[0].f32() + i * hd);
+      attend_row(c.kt, in_cache(t), c.in[0].f32() + i * hd, row(kc, slot[t], g), row(vc, slot[t], g), pos[t] + 1, hd,
+                 scale, c.out[0].f32() + i * hd);
     }
   });
 }
 
 }  // namespace
+
+uint64_t attention_workspace_bytes(int64_t max_rows, int64_t n_heads, int64_t head_dim) {
+  if (head_dim > kMaxPieceHd) return sizeof(PieceSpace);
+  const auto rows = static_cast<uint64_t>(std::min(max_rows * n_heads, kMaxPieceRows - 1));
+  return (sizeof(PieceSpace) + 63) / 64 * 64 + rows * kMaxPieces * static_cast<uint64_t>(head_dim) * 4;
+}
+
+int64_t attention_pieces_taken(const OpCall& c) {
+  return c.workspace != nullptr ? static_cast<const PieceSpace*>(c.workspace)->taken : 0;
+}
 
 void run_CachedAttention(const OpCall& c) {
   if (c.in[5].value->dtype == ir::DType::kBF16)

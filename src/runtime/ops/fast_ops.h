@@ -36,6 +36,13 @@ bool assign_experts(const int32_t* offs, int64_t n_experts, int64_t threads, int
 // After run_Moe: the split its last call took.
 MoeSplit moe_split_taken(const OpCall& c);
 
+// CachedAttention's workspace: the pieces a decode step hands to the
+// threads (attention_op.cc) for up to max_rows tokens of n_heads heads.
+uint64_t attention_workspace_bytes(int64_t max_rows, int64_t n_heads, int64_t head_dim);
+// After run_CachedAttention: how many pieces its last call handed out (0:
+// whole rows, one thread each).
+int64_t attention_pieces_taken(const OpCall& c);
+
 // expert_dtype: the routed experts' weight dtype; shared_ff: the shared
 // expert's hidden width (0: none).
 uint64_t moe_workspace_bytes(int64_t max_rows, int64_t n_experts, int64_t top_k, int64_t d_model, int64_t d_ff,

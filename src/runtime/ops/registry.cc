@@ -22,6 +22,9 @@ uint64_t op_workspace_bytes(const ir::Graph& g, const ir::Node& node) {
     const ir::Value& x = g.value(node.inputs[0]);
     return prepared_bytes_bound(g.value(node.inputs[1]).dtype, x.shape[0], x.shape[1]);
   }
+  if (node.op == ir::OpKind::kCachedAttention)
+    return attention_workspace_bytes(g.value(node.inputs[0]).shape[0], node.attr_int("n_heads"),
+                                     node.attr_int("head_dim"));
   if (node.op != ir::OpKind::kMoe) return 0;
   const ir::Value& x = g.value(node.inputs[0]);
   const ir::Value& up = g.value(node.inputs[2]);
