@@ -73,48 +73,73 @@ constexpr int64_t kMaxPieceHd = 512;
 // hand out rows, each attended whole by one thread.
 constexpr int64_t kMaxPieceRows = 16;
 
+// The pieces of one row: a function of its length (and hd) only.
 struct Pieces {
-  int64_t count = 1;  // pieces of the row
+  int64_t len = 0;    // positions of the row
+  int64_t count = 1;  // pieces
   int64_t size = 0;   // positions in each, the last one's up to this
+
+  int64_t at(int64_t j) const { return j * size; }  // piece j's first position
+  int64_t length(int64_t j) const { return std::min(size, len - at(j)); }
 };
 
-// The pieces of a row of len positions: a function of len (and hd) only.
 Pieces pieces_of(int64_t len, int64_t hd) {
-  if (len <= kAttendPiece || hd > kMaxPieceHd) return {1, len};
+  if (len <= kAttendPiece || hd > kMaxPieceHd) return {len, 1, len};
   const int64_t n = std::min((len + kAttendPiece - 1) / kAttendPiece, kMaxPieces);
   const int64_t size = ((len + n - 1) / n + 15) / 16 * 16;
-  return {(len + size - 1) / size, size};
+  return {len, (len + size - 1) / size, size};
 }
 
-// The merge of a row's pieces, folded in order. Not inlined, so that every
-// caller runs the same instructions (a contraction into FMAs chosen per
-// call site would change the bits).
+// The running merge of a row's pieces. Its steps are not inlined, so that
+// every caller runs the same instructions (a contraction into FMAs chosen
+// per call site would change the bits).
 struct PieceFold {
   float max = 0.0f;  // the largest score so far
   float sum = 0.0f;  // sum of exp(score - max) so far
+
+  // acc[hd] = o[hd] * s.sum: the first piece, unnormalised (o and acc may
+  // be the same row).
+  [[gnu::noinline]] void first(const float* o, kernels::AttendStats s, int64_t hd, float* acc) {
+    max = s.max;
+    sum = s.sum;
+    for (int64_t i = 0; i < hd; ++i) acc[i] = o[i] * s.sum;
+  }
+  // The next piece: both sides rescaled to the larger max (factors <= 1). A
+  // NaN max (a NaN score) fails the comparison, and its exp makes acc NaN.
+  [[gnu::noinline]] void next(const float* o, kernels::AttendStats s, int64_t hd, float* acc) {
+    const float m = s.max > max ? s.max : max;
+    const float a = std::exp(max - m), b = s.sum * std::exp(s.max - m);
+    for (int64_t i = 0; i < hd; ++i) acc[i] = acc[i] * a + o[i] * b;
+    sum = sum * a + b;
+    max = m;
+  }
+  [[gnu::noinline]] void finish(int64_t hd, float* acc) const {
+    for (int64_t i = 0; i < hd; ++i) acc[i] /= sum;
+  }
 };
-// acc[hd] = o[hd] * s.sum: the first piece, unnormalised (o and acc may be
-// the same row).
-[[gnu::noinline]] void fold_first(PieceFold& f, const float* o, kernels::AttendStats s, int64_t hd, float* acc) {
-  f.max = s.max;
-  f.sum = s.sum;
-  for (int64_t i = 0; i < hd; ++i) acc[i] = o[i] * s.sum;
-}
-// The next piece: both sides rescaled to the larger max (factors <= 1). A
-// NaN max (a NaN score) fails the comparison, and its exp makes acc NaN.
-[[gnu::noinline]] void fold_next(PieceFold& f, const float* o, kernels::AttendStats s, int64_t hd, float* acc) {
-  const float m = s.max > f.max ? s.max : f.max;
-  const float a = std::exp(f.max - m), b = s.sum * std::exp(s.max - m);
-  for (int64_t i = 0; i < hd; ++i) acc[i] = acc[i] * a + o[i] * b;
-  f.sum = f.sum * a + b;
-  f.max = m;
-}
-[[gnu::noinline]] void fold_finish(const PieceFold& f, int64_t hd, float* acc) {
-  for (int64_t i = 0; i < hd; ++i) acc[i] /= f.sum;
+
+// Folds a row's `count` pieces into out[hd] in order. piece(j) returns
+// piece j's output and stats, computing it or reading it back, which is
+// the only difference between the two schedules.
+template <class Piece>
+void fold_row(int64_t count, int64_t hd, float* out, Piece&& piece) {
+  PieceFold f;
+  const auto [o0, s0] = piece(0);
+  f.first(o0, s0, hd, out);
+  for (int64_t j = 1; j < count; ++j) {
+    const auto [o, s] = piece(j);
+    f.next(o, s, hd, out);
+  }
+  f.finish(hd, out);
 }
 
+struct PieceOut {
+  const float* out;
+  kernels::AttendStats stats;
+};
+
 // One row whole on the calling thread: its pieces in order, each folded
-// into out as soon as it is computed.
+// into out as soon as it is computed (the first one computed in out).
 template <class T>
 void attend_row(const kernels::KernelTable* kt, bool cached, const float* q, const T* k, const T* v, int64_t len,
                 int64_t hd, float scale, float* out) {
@@ -124,24 +149,20 @@ void attend_row(const kernels::KernelTable* kt, bool cached, const float* q, con
     return;
   }
   alignas(64) float o[kMaxPieceHd];
-  PieceFold f;
-  fold_first(f, out, attend(kt, cached, q, k, v, p.size, hd, scale, out), hd, out);
-  for (int64_t j = 1; j < p.count; ++j) {
-    const int64_t at = j * p.size, n = std::min(p.size, len - at);
-    fold_next(f, o, attend(kt, cached, q, k + at * hd, v + at * hd, n, hd, scale, o), hd, out);
-  }
-  fold_finish(f, hd, out);
+  fold_row(p.count, hd, out, [&](int64_t j) {
+    float* dst = j == 0 ? out : o;
+    return PieceOut{dst, attend(kt, cached, q, k + p.at(j) * hd, v + p.at(j) * hd, p.length(j), hd, scale, dst)};
+  });
 }
 
 // The workspace of the piece schedule: how many pieces the last call
-// handed out (0: rows), then each piece's stats and output.
+// handed out (0: rows) and each piece's stats, then from
+// kPieceOutputsOffset each piece's output.
 struct PieceSpace {
   int64_t taken;
   kernels::AttendStats stats[kMaxPieceRows * kMaxPieces];
 };
-float* piece_outputs(void* ws) {
-  return reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + (sizeof(PieceSpace) + 63) / 64 * 64);
-}
+constexpr uint64_t kPieceOutputsOffset = (sizeof(PieceSpace) + 63) / 64 * 64;
 
 template <class T>
 void run_cached_attention(const OpCall& c) {
@@ -177,37 +198,31 @@ void run_cached_attention(const OpCall& c) {
   // token's 5 heads on 2 threads) hands out each row's pieces in order,
   // then folds every split row's pieces on the calling thread.
   const int threads = c.pool->size();
-  if (space != nullptr && threads > 1 && n < kMaxPieceRows && n % threads != 0 && hd <= kMaxPieceHd) {
+  if (space != nullptr && threads > 1 && n < kMaxPieceRows && n % threads != 0) {
     int64_t first[kMaxPieceRows + 1];  // row i's pieces are items first[i] .. first[i + 1]
     first[0] = 0;
     for (int64_t i = 0; i < n; ++i) first[i + 1] = first[i] + pieces_of(pos[i / hq] + 1, hd).count;
     const int64_t items = first[n];
     if (items > n) {
       space->taken = items;
-      float* outs = piece_outputs(c.workspace);
+      float* outs = reinterpret_cast<float*>(static_cast<uint8_t*>(c.workspace) + kPieceOutputsOffset);
       c.pool->parallel_for(items, 1, [&](int64_t b, int64_t e) {
         int64_t i = 0;
         for (int64_t it = b; it < e; ++it) {
           while (first[i + 1] <= it) ++i;
-          const int64_t t = i / hq, g = i % hq / group, len = pos[t] + 1, j = it - first[i];
-          const Pieces p = pieces_of(len, hd);
-          const int64_t at = j * p.size, m = std::min(p.size, len - at);
-          const float* q = c.in[0].f32() + i * hd;
+          const int64_t t = i / hq, g = i % hq / group, j = it - first[i];
+          const Pieces p = pieces_of(pos[t] + 1, hd);
           // A row of one piece is attended straight into the output.
           float* o = p.count == 1 ? c.out[0].f32() + i * hd : outs + it * hd;
-          space->stats[it] = attend(c.kt, in_cache(t), q, row(kc, slot[t], g) + at * hd, row(vc, slot[t], g) + at * hd,
-                                    m, hd, scale, o);
+          space->stats[it] = attend(c.kt, in_cache(t), c.in[0].f32() + i * hd, row(kc, slot[t], g) + p.at(j) * hd,
+                                    row(vc, slot[t], g) + p.at(j) * hd, p.length(j), hd, scale, o);
         }
       });
-      for (int64_t i = 0; i < n; ++i) {
-        if (first[i + 1] - first[i] == 1) continue;
-        float* out = c.out[0].f32() + i * hd;
-        PieceFold f;
-        fold_first(f, outs + first[i] * hd, space->stats[first[i]], hd, out);
-        for (int64_t it = first[i] + 1; it < first[i + 1]; ++it)
-          fold_next(f, outs + it * hd, space->stats[it], hd, out);
-        fold_finish(f, hd, out);
-      }
+      for (int64_t i = 0; i < n; ++i)
+        if (first[i + 1] - first[i] > 1)
+          fold_row(first[i + 1] - first[i], hd, c.out[0].f32() + i * hd, [&](int64_t j) {
+            return PieceOut{outs + (first[i] + j) * hd, space->stats[first[i] + j]};
+          });
       return;
     }
   }
@@ -237,9 +252,9 @@ void run_cached_attention(const OpCall& c) {
 }  // namespace
 
 uint64_t attention_workspace_bytes(int64_t max_rows, int64_t n_heads, int64_t head_dim) {
-  if (head_dim > kMaxPieceHd) return sizeof(PieceSpace);
+  if (head_dim > kMaxPieceHd) return sizeof(PieceSpace);  // pieces_of never splits a row
   const auto rows = static_cast<uint64_t>(std::min(max_rows * n_heads, kMaxPieceRows - 1));
-  return (sizeof(PieceSpace) + 63) / 64 * 64 + rows * kMaxPieces * static_cast<uint64_t>(head_dim) * 4;
+  return kPieceOutputsOffset + rows * kMaxPieces * static_cast<uint64_t>(head_dim) * 4;
 }
 
 int64_t attention_pieces_taken(const OpCall& c) {
