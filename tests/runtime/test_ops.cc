@@ -300,6 +300,15 @@ void attention_scale_case() {
   t.check(2, 0, kTol);
 }
 
+// A shared expert of another width (40, f32) and its [1, D] gate, appended
+// to a MoE node's inputs after the routed experts.
+void add_shared_expert(OpTester& t, std::vector<int>& in, int64_t d) {
+  in.push_back(t.f32("s_up", {40, d}));
+  in.push_back(t.f32("s_gate", {40, d}));
+  in.push_back(t.f32("s_down", {d, 40}));
+  in.push_back(t.f32("s_g", {1, d}));
+}
+
 void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize = true, bool shared = false,
               bool residual = false) {
   OpTester t;
@@ -325,12 +334,7 @@ void moe_case(bool swiglu, bool tied_gate, bool dense = false, bool renormalize 
     if (swiglu) in.push_back(t.f32("gate" + std::to_string(i), {f, d}));
     in.push_back(t.f32("down" + std::to_string(i), {d, f}));
   }
-  if (shared) {  // a shared expert of another width, and its [1, D] gate
-    in.push_back(t.f32("s_up", {40, d}));
-    in.push_back(t.f32("s_gate", {40, d}));
-    in.push_back(t.f32("s_down", {d, 40}));
-    in.push_back(t.f32("s_g", {1, d}));
-  }
+  if (shared) add_shared_expert(t, in, d);
   if (residual) in.push_back(t.f32("r", {6, d}, RowDim::kTokens));  // fuse-residual-add's input, last
   // The reference always computes only the chosen experts, so the dense
   // (article) variant is checked against the same oracle.
@@ -354,6 +358,23 @@ void add_experts(OpTester& t, std::vector<int>& in, int64_t e, int64_t d, int64_
     if (swiglu) in.push_back(t.weight("gate" + std::to_string(i), {f, d}, dt));
     in.push_back(t.weight("down" + std::to_string(i), {d, f}, dt));
   }
+}
+
+// A top-2 Moe node over x [rows, d] and e routed experts of dtype dt
+// (add_experts), with a shared expert and a fused residual if asked.
+void routed_moe_node(OpTester& t, int64_t rows, int64_t e, int64_t d, int64_t f, ir::DType dt, bool swiglu, bool shared,
+                     bool residual) {
+  int x = t.f32("x", {rows, d}, RowDim::kTokens);
+  std::vector<int> in{x, t.f32("gate", {e, d})};
+  add_experts(t, in, e, d, f, dt, swiglu);
+  if (shared) add_shared_expert(t, in, d);
+  if (residual) in.push_back(t.f32("r", {rows, d}, RowDim::kTokens));
+  t.node(OpKind::kMoe, in,
+         {{"n_experts", e},
+          {"top_k", int64_t{2}},
+          {"swiglu", int64_t{swiglu}},
+          {"shared", int64_t{shared}},
+          {"residual", int64_t{residual}}});
 }
 
 // The op's outputs on 2 and 3 threads are one thread's, bit for bit.
@@ -404,22 +425,7 @@ void moe_prefill_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual,
   // one row); both must give one thread's bits.
   ASSERT_EQ(moe_prefill_split(tokens, 2, e, 2, dt), expect);
   ASSERT_EQ(moe_prefill_split(tokens, 2, e, 3, dt), expect);
-  int x = t.f32("x", {tokens, d}, RowDim::kTokens);
-  std::vector<int> in{x, t.f32("gate", {e, d})};
-  add_experts(t, in, e, d, f, dt, swiglu);
-  if (shared) {
-    in.push_back(t.f32("s_up", {40, d}));
-    in.push_back(t.f32("s_gate", {40, d}));
-    in.push_back(t.f32("s_down", {d, 40}));
-    in.push_back(t.f32("s_g", {1, d}));
-  }
-  if (residual) in.push_back(t.f32("r", {tokens, d}, RowDim::kTokens));
-  t.node(OpKind::kMoe, in,
-         {{"n_experts", e},
-          {"top_k", int64_t{2}},
-          {"swiglu", int64_t{swiglu}},
-          {"shared", int64_t{shared}},
-          {"residual", int64_t{residual}}});
+  routed_moe_node(t, tokens, e, d, f, dt, swiglu, shared, residual);
   t.check(tokens, 0, dt == ir::DType::kF32 ? kTol : kRoundedTol);
   expect_one_threads_bits(t, tokens);
   // The split each pool took: one thread the column split; the expert split
@@ -434,28 +440,53 @@ void moe_prefill_split_case(ir::DType dt, int64_t e, bool swiglu, bool residual,
 }
 
 // Decode rows whose hidden columns are rounded by the threads that computed
-// them (moe_op.cc: where the table rounds column groups on their own and
-// d_ff gives every thread two chunks of whole groups): d_ff is sized for 2
-// threads; with 3 the chunks are too few and the caller rounds the rows.
-// The same bytes either way, so 1, 2 and 3 threads give the same bits.
-void moe_hidden_rounded_by_threads_case(ir::DType dt, bool swiglu) {
+// them (moe_op.cc, the column split: where the table rounds column groups on
+// their own and d_ff gives every thread two chunks of whole groups). Two
+// experts, so 3 threads cannot have whole experts each and take the column
+// split; 2 threads take whole experts. d_ff is sized for `sized_for`
+// threads: for 3 the threads round, for 2 the chunks are too few on 3 and
+// the caller rounds the rows. The same bytes either way, so 1, 2 and 3
+// threads give the same bits.
+void moe_hidden_rounded_by_threads_case(ir::DType dt, bool swiglu, int64_t sized_for) {
   const kernels::PreparedGemm& pg =
       dt == ir::DType::kQ8 ? kernels::best_table().q8_prepared : kernels::best_table().bf16dot_prepared;
   if (pg.prepare_cols == nullptr) return;  // the table rounds whole rows only
   OpTester t;
-  const int64_t e = 4, d = 64, tokens = 8, f = 2 * 2 * std::lcm<int64_t>(16, pg.col_group);
+  const int64_t e = 2, d = 64, tokens = 8, f = sized_for * 2 * std::lcm<int64_t>(16, pg.col_group);
+  SCOPED_TRACE(::testing::Message() << "dt " << static_cast<int>(dt) << " swiglu " << swiglu << " sized_for "
+                                    << sized_for << " f " << f);
   int x = t.f32("x", {tokens, d}, RowDim::kTokens);
   std::vector<int> in{x, t.f32("gate", {e, d})};
   add_experts(t, in, e, d, f, dt, swiglu);
   t.node(OpKind::kMoe, in, {{"n_experts", e}, {"top_k", int64_t{2}}, {"swiglu", int64_t{swiglu}}});
   t.check(tokens, 0, kRoundedTol);
   expect_one_threads_bits(t, tokens);
+  EXPECT_EQ(t.fast_split(tokens, 2), MoeSplit::kExperts);
+  EXPECT_EQ(t.fast_split(tokens, 3), MoeSplit::kColumns);
+}
+
+// A decode step (one token, top 2 of 8 experts): 2 threads run one chosen
+// expert each (moe_op.cc, run_by_experts), 3 cannot and take the column
+// split, 1 runs the column split inline. All three give the same bits,
+// within tolerance of the reference; with a shared expert after the routed
+// ones and with a fused residual too.
+void moe_decode_whole_experts_case(ir::DType dt, bool swiglu, bool shared, bool residual) {
+  OpTester t;
+  const int64_t e = 8, d = 64, f = 96;
+  routed_moe_node(t, 3, e, d, f, dt, swiglu, shared, residual);
+  t.check(1, 0, dt == ir::DType::kF32 ? kTol : kRoundedTol);
+  expect_one_threads_bits(t, 1);
+  EXPECT_EQ(t.fast_split(1, 1), MoeSplit::kColumns);
+  EXPECT_EQ(t.fast_split(1, 2), MoeSplit::kExperts);
+  EXPECT_EQ(t.fast_split(1, 3), MoeSplit::kColumns);
 }
 
 void test_Moe() {
   for (ir::DType dt : {ir::DType::kQ8, ir::DType::kBF16Dot}) {
-    moe_hidden_rounded_by_threads_case(dt, false);
-    moe_hidden_rounded_by_threads_case(dt, true);
+    // (SwiGLU's hidden rows sized for 3 threads, 3072 int8 values, are
+    // rounded beyond kRoundedTol of the f32 reference.)
+    moe_hidden_rounded_by_threads_case(dt, false, 3);
+    moe_hidden_rounded_by_threads_case(dt, true, 2);
     moe_weight_dtype_case(dt, false);
     moe_weight_dtype_case(dt, true);
     moe_weight_dtype_case(dt, true, /*many=*/true);
@@ -482,6 +513,11 @@ void test_Moe() {
   moe_prefill_split_case(ir::DType::kF32, 8, true, false, /*many=*/true);
   moe_prefill_split_case(ir::DType::kF32, 8, true, true, false, /*shared=*/true);
   moe_prefill_split_case(ir::DType::kQ8, 4, true, true, false, /*shared=*/true);
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kQ8, ir::DType::kBF16Dot}) {
+    moe_decode_whole_experts_case(dt, false, false, false);
+    moe_decode_whole_experts_case(dt, true, false, true);
+  }
+  moe_decode_whole_experts_case(ir::DType::kQ8, true, /*shared=*/true, /*residual=*/true);
 }
 
 void test_GatherRows() {

@@ -15,16 +15,20 @@ K3_OP_LIST(K3_OP_DECLARE_FAST)
 int64_t moe_active_experts(const OpCall& c);
 
 // How run_Moe shares a step's experts among the threads (moe_op.cc):
-//   kColumns: each expert's columns (decode, and too few rows per expert);
+//   kColumns: each expert's columns (too few rows per expert for the
+//             others, and the experts chosen do not balance; one thread);
 //   kTokens:  each thread its share of the tokens and every expert they
 //             chose (run_by_tokens);
 //   kExperts: each thread whole experts over all their tokens
-//             (run_by_experts), for f32 expert weights.
+//             (run_by_experts): prefill with f32 expert weights, and
+//             decode where assign_experts balances the chosen experts.
 enum class MoeSplit : int32_t { kColumns = 0, kTokens = 1, kExperts = 2 };
 
-// The split run_Moe takes for `rows` tokens on `threads` threads with
-// routed experts of `expert_dtype` (kExperts falls back to kTokens when
-// assign_experts finds no balanced assignment).
+// The prefill split run_Moe plans for `rows` tokens on `threads` threads
+// with routed experts of `expert_dtype`, before routing (kExperts falls
+// back to kTokens when assign_experts finds no balanced assignment).
+// kColumns: too few rows for either; after routing, run_Moe still gives
+// whole experts to 2 or more threads where assign_experts balances them.
 MoeSplit moe_prefill_split(int64_t rows, int64_t top_k, int64_t n_experts, int64_t threads, ir::DType expert_dtype);
 
 // The expert split's assignment: bin_of[e] is expert e's thread, or -1 if

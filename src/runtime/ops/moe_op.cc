@@ -307,11 +307,13 @@ void run_by_tokens(const OpCall& c, const MoeLayout& l, const ExpertPass& p, con
   expert_offsets(at<int32_t>(c.workspace, l.sel), 0, rows * p.k, p.n_exp, at<int32_t>(c.workspace, l.offs));
 }
 
-// Prefill with whole experts split across the threads, for f32 experts
-// (moe_prefill_split): after the routing and grouping of every row, each
-// thread runs the experts assign_experts gave it (run_expert: gather,
-// multiply, activate, multiply), then the tokens' outputs are combined in
-// a second region, split as the norm before split the rows. Each expert's
+// Whole experts split across the threads: prefill with f32 experts
+// (moe_prefill_split), and decode where they balance (run_Moe). After the
+// routing and grouping of every row, each thread runs the experts
+// assign_experts gave it (run_expert: gather, multiply, activate,
+// multiply), then the tokens' outputs are combined: in a second region,
+// split as the norm before split the rows, or for a decode step's few
+// rows on the calling thread. Each expert's
 // weights are streamed once a step, where the token split streams them
 // once per thread; what it costs is the input and result rows that cross
 // between the cores. The same bits as one thread (a product's element does
@@ -327,9 +329,13 @@ bool run_by_experts(const OpCall& c, const MoeLayout& l, const ExpertPass& p, co
     for (int64_t ex = 0; ex < p.n_exp; ++ex)
       if (bin_of[ex] == bin) run_expert(c, l, p, x, ex, offs[ex], offs[ex + 1]);
   });
-  c.pool->parallel_for_even(rows, 1, [&](int64_t b, int64_t e) {
+  auto combine_rows = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) combine(c, l, t, p.d, p.k, 0, p.d, residual);
-  });
+  };
+  if (rows * p.d < kParallelValues)
+    combine_rows(0, rows);
+  else
+    c.pool->parallel_for_even(rows, 1, combine_rows);
   return true;
 }
 
@@ -469,9 +475,27 @@ void run_Moe(const OpCall& c) {
     return;
   }
 
-  // 3. Group entries by expert and gather their input rows.
+  // 3. Group entries by expert.
   group_entries(c, l, pass, 0, rows, count, offs);
-  // The copies split across the threads when there are enough of them.
+  // Decode: whole experts to the threads where assign_experts balances
+  // them (a batch-1 top-2 step on 2 threads: one expert each). A thread
+  // streams its experts' matrices front to back, up then down, and its
+  // hidden rows never leave its core: one region where the column split
+  // below takes two, whose chunks are halves of every matrix. k3-base batch-1
+  // decode on 2 threads of an AVX2 Zen 3, pairs in turn: MoE medians bf16
+  // 6.78 against 7.38 ms a step where the two cores share an L3, 5.29
+  // against 6.65 where they do not; int8 3.73 / 3.91 and 3.75 / 4.14; fp32
+  // 14.21 / 14.44 and 11.73 / 11.73. Batch 4 and 8 the same within noise
+  // (docs/performance.md, "Whole experts per thread at decode"). The same
+  // bits as the column split (a product's element does not depend on M or
+  // on the column range).
+  if (c.pool->size() >= 2 && run_by_experts(c, l, pass, x, rows, residual)) {
+    *split_taken = static_cast<int32_t>(MoeSplit::kExperts);
+    finish_output(c, l, x, rows, d, residual);
+    return;
+  }
+  // The column split: gather the grouped input rows, the copies split across
+  // the threads when there are enough of them.
   const int64_t entries = offs[n_exp];
   auto gather = [&](int64_t b, int64_t e) { gather_rows(xg, x, order, d, b, e); };
   if (entries * d < kParallelValues)
