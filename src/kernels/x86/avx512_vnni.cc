@@ -353,8 +353,17 @@ static_assert(kQ8FarNr1<Prefetch::kL2> <= kQ8Nr, "the L2 level's one-row tile is
 // N512 K320 hot (the attention output projection, 10 of 16 lanes busy in
 // the row tile) 158 -> 284-297. One row (decode) streams slower: M1 N1536
 // K512 28.2-28.7 -> 20.2 GB/s (docs/performance.md, "int8 panels").
-constexpr int kQ8PMr = 4;  // rows of A per prefill tile
-constexpr int kQ8PNp = 2;  // panels per tile: 4 x 2 holds 8 int and 8 f32 accumulators and 2 W in zmm
+// Rows of A and panels per prefill tile: 6 x 2 holds 12 int and 12 f32
+// accumulators, 2 W, a broadcast and 2 weight-scale vectors in zmm (29 of
+// 32; each row's offset and scale are read off its pointer when used). 12
+// dot chains where 4 x 2 had 8, for a core retiring two vpdpbusd a cycle at
+// latency 5: one thread on the 480 MiB-L3 Intel host, bench_kernels
+// avx512/gemm_nt_q8c?p16_hot, 2 rounds in turn, 4 x 2 -> 6 x 2: q8p16 M128
+// N1536 K512 364-378 -> 382-401 GOP/s, M32 N512 K1536 351-381 -> 357-423,
+// q8cp16 M128 N1536 K512 392-403 -> 416-444; streamed M32 0-12% more.
+// End to end (k3-base int8 panel prefill, 2 threads) within 1-2%.
+constexpr int kQ8PMr = 6;
+constexpr int kQ8PNp = 2;
 
 inline float load_f32(const uint8_t* p) {
   float v;
@@ -370,14 +379,16 @@ inline float load_f32(const uint8_t* p) {
 // the stack and loaded one per broadcast).
 template <int MR, int NP, int kStep, bool kChannel>
 __attribute__((always_inline)) inline void q8p_block(const uint8_t* const (&a)[MR], const uint8_t* const (&w)[NP],
-                                                     int64_t step, const __m512i (&offset)[MR], const __m512 (&sa)[MR],
+                                                     int64_t step, int64_t to_offset, int64_t to_scale,
                                                      const __m512 (&sw)[NP], __m512 (&facc)[MR][NP]) {
   const int64_t st = kStep != 0 ? kStep : step;
   __m512i acc[MR][NP];
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < MR; ++i) {
+    const __m512i offset = _mm512_set1_epi32(load_i32(a[i] + to_offset));
 #pragma GCC unroll 8
-    for (int j = 0; j < NP; ++j) acc[i][j] = offset[i];
+    for (int j = 0; j < NP; ++j) acc[i][j] = offset;
+  }
 #pragma GCC unroll 8
   for (int t = 0; t < 8; ++t) {
     __m512i wv[NP];
@@ -391,11 +402,13 @@ __attribute__((always_inline)) inline void q8p_block(const uint8_t* const (&a)[M
     }
   }
 #pragma GCC unroll 8
-  for (int j = 0; j < NP; ++j)
+  for (int i = 0; i < MR; ++i) {
+    const __m512 sa = _mm512_set1_ps(load_f32(a[i] + to_scale));
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-      facc[i][j] = kChannel ? _mm512_fmadd_ps(sa[i], _mm512_cvtepi32_ps(acc[i][j]), facc[i][j])
-                            : _mm512_fmadd_ps(_mm512_mul_ps(sw[j], sa[i]), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
+    for (int j = 0; j < NP; ++j)
+      facc[i][j] = kChannel ? _mm512_fmadd_ps(sa, _mm512_cvtepi32_ps(acc[i][j]), facc[i][j])
+                            : _mm512_fmadd_ps(_mm512_mul_ps(sw[j], sa), _mm512_cvtepi32_ps(acc[i][j]), facc[i][j]);
+  }
 }
 
 // C[0..MR, 16 * NP columns) = prepared rows qa[0..MR) (qa_stride bytes
@@ -407,8 +420,6 @@ template <int MR, int NP, bool kChannel>
 void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W, int64_t ps, float* C, int64_t ldc,
               int64_t pcs, PanelSpread spread) {
   const int64_t nb = K / 32;
-  const uint8_t* a_scales = qa + K;
-  const uint8_t* a_offsets = qa + K + nb * 4;
   const uint8_t* w_scales = W + 16 * K;
   __m512 facc[MR][NP];
 #pragma GCC unroll 8
@@ -420,15 +431,13 @@ void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W,
     const int64_t r = min64(16, nb - g * 16);
     for (int64_t l = 0; l < r; ++l) {
       const int64_t b = g * 16 + l;
+      // Row i's block-b word sits at qa + i * qa_stride + g * 512 + 4 * l;
+      // its scale and offset one displacement from there, the same for
+      // every row (the prepared row: K values, nb scales, nb offsets).
+      const int64_t to_scale = K + b * 4 - g * 512 - 4 * l, to_offset = to_scale + nb * 4;
       const uint8_t* a[MR];
-      __m512i offset[MR];
-      __m512 sa[MR];
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        a[i] = qa + i * qa_stride + g * 512 + 4 * l;
-        offset[i] = _mm512_set1_epi32(load_i32(a_offsets + i * qa_stride + b * 4));
-        sa[i] = _mm512_set1_ps(load_f32(a_scales + i * qa_stride + b * 4));
-      }
+      for (int i = 0; i < MR; ++i) a[i] = qa + i * qa_stride + g * 512 + 4 * l;
       const uint8_t* w[NP];
       __m512 sw[NP];
 #pragma GCC unroll 8
@@ -450,9 +459,9 @@ void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W,
 #pragma GCC unroll 8
       for (int j = 0; j < NP; ++j) __asm__("" : "+r"(w[j]));
       if (r == 16)
-        q8p_block<MR, NP, 64, kChannel>(a, w, 64, offset, sa, sw, facc);
+        q8p_block<MR, NP, 64, kChannel>(a, w, 64, to_offset, to_scale, sw, facc);
       else
-        q8p_block<MR, NP, 0, kChannel>(a, w, 4 * r, offset, sa, sw, facc);
+        q8p_block<MR, NP, 0, kChannel>(a, w, 4 * r, to_offset, to_scale, sw, facc);
       if (spread.lines > 0) panel_spread_step(spread, st, nb);
     }
   }
