@@ -376,7 +376,9 @@ inline float load_f32(const uint8_t* p) {
 // words t and t + 1 (64 in a full group of 16 blocks, known at compile time
 // there so each broadcast is one load off a row pointer held in a register;
 // with the step read at run time GCC 12 kept 32 precomputed addresses on
-// the stack and loaded one per broadcast).
+// the stack and loaded one per broadcast). Row i's block offset and
+// activation scale sit to_offset and to_scale bytes past a[i], read where
+// they are used rather than held in zmm for the whole block.
 template <int MR, int NP, int kStep, bool kChannel>
 __attribute__((always_inline)) inline void q8p_block(const uint8_t* const (&a)[MR], const uint8_t* const (&w)[NP],
                                                      int64_t step, int64_t to_offset, int64_t to_scale,
@@ -431,13 +433,14 @@ void q8p_tile(int64_t K, const uint8_t* qa, int64_t qa_stride, const uint8_t* W,
     const int64_t r = min64(16, nb - g * 16);
     for (int64_t l = 0; l < r; ++l) {
       const int64_t b = g * 16 + l;
-      // Row i's block-b word sits at qa + i * qa_stride + g * 512 + 4 * l;
-      // its scale and offset one displacement from there, the same for
-      // every row (the prepared row: K values, nb scales, nb offsets).
-      const int64_t to_scale = K + b * 4 - g * 512 - 4 * l, to_offset = to_scale + nb * 4;
+      // Row i's block-b word sits `word` bytes into its prepared row (K
+      // values, nb scales, nb offsets); its scale and offset at the same
+      // distance from that word in every row.
+      const int64_t word = g * 512 + 4 * l;
+      const int64_t to_scale = K + b * 4 - word, to_offset = to_scale + nb * 4;
       const uint8_t* a[MR];
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) a[i] = qa + i * qa_stride + g * 512 + 4 * l;
+      for (int i = 0; i < MR; ++i) a[i] = qa + i * qa_stride + word;
       const uint8_t* w[NP];
       __m512 sw[NP];
 #pragma GCC unroll 8
