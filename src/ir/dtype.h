@@ -40,6 +40,12 @@
 // values contiguous (1 KiB, one AMX tile); rows padded to 16 and columns to
 // 32 with zeros. The same products as kBF16Dot, read in the order the AMX
 // tile loads take them.
+//
+// kBF16DotP16 is a kBF16Dot matrix in kBF16P16's panel layout (`k3 compile
+// --precision bf16 --weight-layout panels`, util/panel.h): the same bytes
+// as bf16 panels, multiplied with the activations rounded to bf16 first
+// (kernels.h, bf16dotp16_prepared), so the products stay those of
+// `--precision bf16` while the panel kernels compute them with FMAs.
 #pragma once
 
 #include <cstdint>
@@ -67,7 +73,8 @@ enum class DType : uint8_t {
   kBF16Dot,
   kBF16DotT16,
   kQ8P16,
-  kQ8CP16
+  kQ8CP16,
+  kBF16DotP16
 };
 
 // Elements per kQ8 scale (a block of one row).
@@ -75,7 +82,7 @@ inline constexpr int64_t kQ8Block = 32;
 // Longest kBF16Dot row (kernels::kBf16DotMaxK; the kernels round a chunk
 // of activation rows into a stack buffer).
 inline constexpr int64_t kBF16DotMaxCols = 32768;
-// Rows of W per panel of the kF32P16 / kBF16P16 layouts.
+// Rows of W per panel of the kF32P16 / kBF16P16 / kBF16DotP16 layouts.
 inline constexpr int64_t kPanelRows = 16;
 // Rows and columns of one kBF16DotT16 tile (16 x 32 bf16 = 1 KiB).
 inline constexpr int64_t kTileRows = 16;
@@ -125,6 +132,7 @@ inline uint64_t dtype_size(DType t) {
     case DType::kF32P16:
       return 4;  // per stored element; see dtype_bytes() for the padding
     case DType::kBF16P16:
+    case DType::kBF16DotP16:
       return 2;
     case DType::kBF16Dot:
       return 2;
@@ -171,6 +179,8 @@ inline std::string_view dtype_name(DType t) {
       return "q8p16";
     case DType::kQ8CP16:
       return "q8cp16";
+    case DType::kBF16DotP16:
+      return "bf16dot_p16";
   }
   return "?";
 }
@@ -179,7 +189,8 @@ inline std::string_view dtype_name(DType t) {
 // invalid for it (negative dims, overflow, an int8 tensor whose rows are
 // not whole blocks, a panel or tile tensor that is not a matrix).
 inline std::optional<uint64_t> dtype_bytes(DType t, std::span<const int64_t> shape) {
-  if (t == DType::kF32P16 || t == DType::kBF16P16 || t == DType::kQ8P16 || t == DType::kQ8CP16) {
+  if (t == DType::kF32P16 || t == DType::kBF16P16 || t == DType::kBF16DotP16 || t == DType::kQ8P16 ||
+      t == DType::kQ8CP16) {
     if (shape.size() != 2 || shape[0] < 0 || shape[0] > INT64_MAX - kPanelRows) return std::nullopt;
     const int64_t padded[2] = {(shape[0] + kPanelRows - 1) / kPanelRows * kPanelRows, shape[1]};
     // int8 panels: whole panels of 16 kQ8 rows (util/q8_panel.h).

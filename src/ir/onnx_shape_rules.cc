@@ -1228,6 +1228,7 @@ int64_t dtype_to_onnx(DType t) {
     case DType::kBF16DotT16:
     case DType::kQ8P16:
     case DType::kQ8CP16:
+    case DType::kBF16DotP16:
       return 0;
   }
   return 0;

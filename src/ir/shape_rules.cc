@@ -45,13 +45,14 @@ Status expect(const Value& v, DType dtype, size_t rank, const char* what) {
 
 // Matrix weights of Linear and of MoE experts: f32 or bf16, or bf16dot / q8
 // after the compiler's weight-precision pass (the kernels widen or dequantize on load),
-// or f32 / bf16 / q8 panels and bf16dot tiles after pack-weights.
+// or f32 / bf16 / bf16dot / q8 panels and bf16dot tiles after pack-weights.
 Status expect_matrix_weight(const Value& v, const char* what) {
   if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kQ8 && v.dtype != DType::kF32P16 &&
       v.dtype != DType::kBF16P16 && v.dtype != DType::kBF16Dot && v.dtype != DType::kBF16DotT16 &&
-      v.dtype != DType::kQ8P16 && v.dtype != DType::kQ8CP16)
+      v.dtype != DType::kQ8P16 && v.dtype != DType::kQ8CP16 && v.dtype != DType::kBF16DotP16)
     return invalid_argument(std::string(what) + " " + v.name +
-                            " must be f32, bf16, bf16dot, bf16dot_t16, q8, q8p16, q8cp16, f32p16 or bf16p16, is " +
+                            " must be f32, bf16, bf16dot, bf16dot_t16, bf16dot_p16, q8, q8p16, q8cp16, f32p16 or "
+                            "bf16p16, is " +
                             std::string(dtype_name(v.dtype)));
   if (v.shape.size() != 2)
     return invalid_argument(std::string(what) + " " + v.name + " must have rank 2, has shape " + shape_to_string(v.shape));
@@ -59,7 +60,8 @@ Status expect_matrix_weight(const Value& v, const char* what) {
     return invalid_argument(std::string(what) + " " + v.name + " is " + std::string(dtype_name(v.dtype)) +
                             " with rows of " + std::to_string(v.shape[1]) + " weights; the int8 kernels take at most " +
                             std::to_string(kQ8MaxCols));
-  if ((v.dtype == DType::kBF16Dot || v.dtype == DType::kBF16DotT16) && v.shape[1] > kBF16DotMaxCols)
+  if ((v.dtype == DType::kBF16Dot || v.dtype == DType::kBF16DotT16 || v.dtype == DType::kBF16DotP16) &&
+      v.shape[1] > kBF16DotMaxCols)
     return invalid_argument(std::string(what) + " " + v.name + " is " + std::string(dtype_name(v.dtype)) +
                             " with rows of " + std::to_string(v.shape[1]) +
                             " weights; the bf16 dot-product kernels take at most " + std::to_string(kBF16DotMaxCols));

@@ -187,6 +187,21 @@ struct KernelTable {
   // equal, bit for bit, to gemm_nt_p16 on the widened matrix.
   void (*gemm_nt_bf16p16)(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda, const uint16_t* W,
                           float* C, int64_t ldc, ReadNext next);
+  // The bf16 dot product (gemm_nt_bf16dot's products: activations rounded
+  // to bf16, nearest even) over bf16 panels (ir::DType::kBF16DotP16, the
+  // kBF16P16 bytes; `k3 compile --precision bf16 --weight-layout panels`),
+  // in two steps (PreparedGemm above; ldw is implied):
+  //   prepare: each row rounded to bf16 and kept as K f32 values
+  //            (row_bytes(K) = 4 K), in every table;
+  //   gemm:    gemm_nt_bf16p16 on those rows,
+  //            C[m, n] = fma(bf16(A[m, K-1]), W[n, K-1], ... fma(bf16(A[m, 0]), W[n, 0], 0.0f)),
+  // so results are bit-identical across M, [n0, n1) and tables. Each
+  // product of two bf16 is exact in f32, as in vdpbf16ps; the panel
+  // kernels run it on the FMA units, which on the Intel cores measured do
+  // twice the products per cycle that vdpbf16ps does (docs/performance.md).
+  // Callers with a ReadNext hint call gemm_nt_bf16p16 on the prepared rows
+  // themselves (runtime/ops/op_call.h).
+  PreparedGemm bf16dotp16_prepared;
   // gemm_nt_q8 with W in the int8 panel layout (util/q8_panel.h; W is the
   // tensor's first panel, K % 32 == 0, K <= kQ8MaxK): the activations
   // rounded as gemm_nt_q8 rounds them, each block's dot product exact in

@@ -4,6 +4,10 @@
 //
 //   Linear(x, W: f32|bf16 [N,K])          ->  Linear(x, W: f32p16|bf16p16 [N,K])
 //   Moe(x, gate, experts: f32|bf16 ...)   ->  Moe(x, gate, experts: f32p16|bf16p16 ...)
+//   Linear(x, W: bf16dot [N,K]), Moe(... bf16dot)
+//                                         ->  the same with bf16dot_p16: bf16p16's bytes,
+//                                              whose kernel rounds the activations to
+//                                              bf16 first (`--precision bf16`'s products)
 //   Linear(x, W: q8 [N,K]), Moe(... q8)   ->  the same with q8p16 (util/q8_panel.h)
 //                                              or, for `--precision int8-channel`, q8cp16
 //
@@ -38,12 +42,15 @@
 //
 // Guards (each has a must-not-pack test in tests/passes/test_pack_weights.cc):
 //   - only weight values (constants) are packed, never activations;
-//   - only f32, bf16 and int8 (q8) matrices; bf16dot matrices (`--precision
-//     bf16`: their kernel rounds the activations to bf16, the panel kernels
-//     would not) keep their row format (rank 2 is the Linear and Moe shape
-//     rules' own check, tested with them);
-//   - a MoE is packed only if all its expert matrices are f32, bf16 or q8
-//     weights (its shape rule already makes them one dtype); the gate stays
+//   - only f32, bf16, bf16dot and int8 (q8) matrices; a bf16dot matrix
+//     (`--precision bf16`) becomes bf16dot_p16, never bf16p16, so its
+//     activations are still rounded to bf16 (rank 2 is the Linear and Moe
+//     shape rules' own check, tested with them);
+//   - bf16dot matrices stay rows when the pipeline asks (`--precision
+//     bf16-mixed`, whose experts run the row kernel's bf16 dot products at
+//     the memory rate, docs/precision.md);
+//   - a MoE is packed only if all its expert matrices are f32, bf16, bf16dot
+//     or q8 weights (its shape rule already makes them one dtype); the gate stays
 //     f32 rows (the routing reads it with gemm_nt);
 //   - q8cp16 (int8-channel) only for q8 matrices whose every row holds one
 //     scale in all its blocks (what int8-channel quantization writes), and
@@ -65,10 +72,11 @@
 namespace k3::passes {
 namespace {
 
-bool packable(const ir::Value& v, bool tiles) {
+bool packable(const ir::Value& v, bool tiles, bool bf16dot_panels) {
   if (v.kind != ir::ValueKind::kWeight || v.shape.size() != 2 || v.data == nullptr) return false;
   if (tiles) return v.dtype == ir::DType::kBF16Dot;
-  return v.dtype == ir::DType::kF32 || v.dtype == ir::DType::kBF16 || v.dtype == ir::DType::kQ8;
+  return v.dtype == ir::DType::kF32 || v.dtype == ir::DType::kBF16 ||
+         (bf16dot_panels && v.dtype == ir::DType::kBF16Dot) || v.dtype == ir::DType::kQ8;
 }
 
 // A q8 matrix whose rows each hold one scale (util/q8_panel.h).
@@ -126,10 +134,11 @@ StatusOr<bool> PackWeights::run(ir::Graph& g) {
     if (cache[static_cast<size_t>(id)] >= 0) return cache[static_cast<size_t>(id)];
     // Copy: add_weight may grow the value list.
     const ir::Value v = g.value(id);
-    const int nid = tiles                        ? add_tiles(g, v)
-                    : v.dtype == ir::DType::kF32 ? add_packed<float>(g, v, ir::DType::kF32P16)
-                    : v.dtype == ir::DType::kQ8  ? add_q8_panels(g, v, channel)
-                                                 : add_packed<uint16_t>(g, v, ir::DType::kBF16P16);
+    const int nid = tiles                            ? add_tiles(g, v)
+                    : v.dtype == ir::DType::kF32     ? add_packed<float>(g, v, ir::DType::kF32P16)
+                    : v.dtype == ir::DType::kQ8      ? add_q8_panels(g, v, channel)
+                    : v.dtype == ir::DType::kBF16Dot ? add_packed<uint16_t>(g, v, ir::DType::kBF16DotP16)
+                                                     : add_packed<uint16_t>(g, v, ir::DType::kBF16P16);
     for (std::vector<int>& c : packed) c.resize(g.values().size(), -1);
     cache[static_cast<size_t>(id)] = nid;
     ++stats_.applied;
@@ -152,15 +161,18 @@ StatusOr<bool> PackWeights::run(ir::Graph& g) {
   for (ir::Node& n : g.mutable_nodes()) {
     if (n.op == ir::OpKind::kLinear) {
       ++stats_.matched;
-      if (packable(g.value(n.inputs[1]), tiles)) n.inputs[1] = pack(n.inputs[1], channel_ok(n, 1, 2));
+      if (packable(g.value(n.inputs[1]), tiles, bf16dot_panels_)) n.inputs[1] = pack(n.inputs[1], channel_ok(n, 1, 2));
     } else if (n.op == ir::OpKind::kMoe) {
       ++stats_.matched;
       const size_t end = ir::moe_weights_end(n);
       bool all = end > 2;
-      for (size_t i = 2; i < end; ++i) all = all && packable(g.value(n.inputs[i]), tiles);
+      for (size_t i = 2; i < end; ++i) all = all && packable(g.value(n.inputs[i]), tiles, bf16dot_panels_);
       if (!all) {
         stats_.notes.push_back("moe " + n.name + ": expert matrices are not " +
-                               (tiles ? "bf16dot" : "f32, bf16 or q8") + " weights, left as rows");
+                               (tiles             ? "bf16dot"
+                                : bf16dot_panels_ ? "f32, bf16, bf16dot or q8"
+                                                  : "f32, bf16 or q8 (bf16dot stays rows here)") +
+                               " weights, left as rows");
         continue;
       }
       const bool channel = channel_ok(n, 2, end);

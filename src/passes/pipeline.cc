@@ -103,14 +103,16 @@ const std::vector<Entry>& entries() {
       // every rewrite converts exactly the weights that remain.
       {0, [](const PipelineOptions& o) { return std::make_unique<WeightPrecision>(o.precision); }},
       // pack-weights after weight-precision: it lays out the bytes the
-      // precision pass chose (f32 or bf16, or bf16dot for tiles; int8 keeps
-      // its own row format, whose int8-channel rows pack to their own panels),
+      // precision pass chose (f32, bf16 or bf16dot, which bf16-mixed keeps in
+      // rows for its experts; int8 keeps its own row format, whose
+      // int8-channel rows pack to their own panels),
       // and only for the Linear and Moe nodes that remain. Like the
       // precision, the layout is the user's choice (--weight-layout), so it
       // runs at every level.
       {0,
        [](const PipelineOptions& o) {
-         return std::make_unique<PackWeights>(o.weight_layout, o.precision == "int8-channel");
+         return std::make_unique<PackWeights>(o.weight_layout, o.precision == "int8-channel",
+                                              o.precision != "bf16-mixed");
        }},
       // kv-cache-precision at every level and after lower-to-plan: the cache
       // is the user's choice of format, and its states exist only once the

@@ -17,7 +17,8 @@
 // and multiply f32 activations with FMAs. No activation rounding, and on
 // CPUs whose vdpbf16ps runs at half the FMA rate (Intel Xeon with AVX-512
 // BF16) prefill runs faster, the more so in the panel layout
-// (docs/performance.md).
+// (docs/performance.md). In that layout `bf16` itself runs on the FMA units
+// too (bf16dot panels, pack_weights.cc), with its activations rounded.
 // bf16-mixed: the same bf16 weights, each product on the instruction that
 // suits its shape on such CPUs: Linear matrices kBF16 (f32 activations,
 // FMA), expert matrices kBF16Dot (rounded activations, bf16 dot products).

@@ -130,7 +130,8 @@ ComputePrecision node_precision(const ir::Graph& g, const ir::Node& node) {
     if (v < 0 || g.value(v).kind != ir::ValueKind::kWeight) continue;
     const ir::DType t = g.value(v).dtype;
     if (ir::dtype_is_q8(t)) p = std::max(p, ComputePrecision::kInt8);
-    if (t == ir::DType::kBF16 || t == ir::DType::kBF16P16 || t == ir::DType::kBF16Dot || t == ir::DType::kBF16DotT16)
+    if (t == ir::DType::kBF16 || t == ir::DType::kBF16P16 || t == ir::DType::kBF16Dot || t == ir::DType::kBF16DotT16 ||
+        t == ir::DType::kBF16DotP16)
       p = std::max(p, ComputePrecision::kBF16);
   }
   return p;

@@ -11,6 +11,8 @@
 //   gemm_nt_q8  like gemm_nt vs the reference on the dequantized weights; bit-exact across M and splits
 //   PreparedGemm (q8, bf16dot) bit-exact vs the same table's one-step kernel, across splits and row ranges
 //   gemm_nt_p16, _bf16p16  bit-exact vs the scalar table (one fma chain per element), across M and splits
+//   bf16dotp16_prepared  bit-exact vs the scalar gemm_nt_bf16p16 on bf16-rounded A, across M and splits;
+//               like gemm_nt vs the row layout's gemm_nt_bf16dot on the same weights
 //   gemm_nt_q8p16  bit-exact vs the scalar table (one fma chain over blocks), across M and splits;
 //   gemm_nt_q8cp16 the same, for the channel-scale panels;
 //               like gemm_nt vs the row layout's gemm_nt_q8 on the same weights
@@ -794,6 +796,57 @@ TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
   EXPECT_LE(t().q8cp16_prepared.row_bytes(kQ8MaxK), q8_prepared_row_bytes_bound(kQ8MaxK));
 }
 
+// The bf16 dot product over bf16 panels (kernels.h, bf16dotp16_prepared):
+// every table rounds the rows to bf16 into K floats and runs its panel
+// kernel on them, so each element is the scalar gemm_nt_bf16p16 on the
+// rounded rows bit for bit, whatever M or the column split (the panel
+// contract; the splits cut panels), and agrees with the row layout's
+// gemm_nt_bf16dot (another summation order) within the gemm tolerance.
+// Buffers are sized exactly.
+TEST_P(KernelTest, GemmBf16DotPanelsBitExactVsReference) {
+  std::mt19937 rng(14);
+  const PreparedGemm& pg = t().bf16dotp16_prepared;
+  for (int64_t K : {1, 7, 16, 17, 100, 513}) {
+    // The runtime hands the prepared rows to gemm_nt_bf16p16 as floats
+    // (runtime/ops/op_call.h), so this is the contract, not a detail.
+    ASSERT_EQ(pg.row_bytes(K), 4 * K);
+    for (int64_t N : {1, 16, 17, 75}) {
+      const auto W16 = random_bf16(N * K, rng);
+      std::vector<uint16_t> P16(static_cast<size_t>(panel_count(N) * ir::kPanelRows * K));
+      pack_panels(W16.data(), N, K, P16.data());
+      for (int64_t M : {1, 4, 9, 13, 37}) {
+        const int64_t lda = K + 3, ldc = N + 1;
+        const auto A = random_vec(static_cast<int64_t>(strided_size(M, K, lda)), rng, -3.0f, 3.0f);
+        std::vector<float> Ar(static_cast<size_t>(M * K));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t k = 0; k < K; ++k) Ar[m * K + k] = bf16_to_f32(f32_to_bf16(A[m * lda + k]));
+        AlignedBytes P(static_cast<size_t>(M * K * 4));
+        pg.prepare(M, K, A.data(), lda, P.data());
+        std::vector<float> C(strided_size(M, N, ldc), -7.0f), R(C), Rows(C), Split(C);
+        pg.gemm(M, 0, N, K, P.data(), P16.data(), 0, C.data(), ldc);
+        ref().gemm_nt_bf16p16(M, 0, N, K, Ar.data(), K, P16.data(), R.data(), ldc, {});
+        ref().gemm_nt_bf16dot(M, 0, N, K, A.data(), lda, W16.data(), K, Rows.data(), ldc);
+        for (int64_t n0 = 0; n0 < N; n0 += 5)
+          pg.gemm(M, n0, std::min(N, n0 + 5), K, P.data(), P16.data(), 0, Split.data(), ldc);
+        for (int64_t m = 0; m < M; ++m) {
+          std::vector<float> one(static_cast<size_t>(N));
+          pg.gemm(1, 0, N, K, P.data() + m * K * 4, P16.data(), 0, one.data(), N);
+          for (int64_t n = 0; n < N; ++n) {
+            const int64_t i = m * ldc + n;
+            ASSERT_EQ(bits(C[i]), bits(R[i])) << "M=" << M << " K=" << K << " N=" << N << " m=" << m << " n=" << n;
+            ASSERT_EQ(bits(Split[i]), bits(C[i])) << "split M=" << M << " K=" << K << " N=" << N;
+            ASSERT_EQ(bits(one[n]), bits(C[i])) << "one row M=" << M << " K=" << K << " N=" << N << " m=" << m;
+            float mag = 0.0f;
+            for (int64_t k = 0; k < K; ++k) mag += std::fabs(Ar[m * K + k] * bf16_to_f32(W16[n * K + k]));
+            ASSERT_NEAR(C[i], Rows[i], 1e-5f * std::sqrt(static_cast<float>(K)) * mag) << "M=" << M << " K=" << K;
+          }
+          if (m + 1 < M) ASSERT_EQ(C[m * ldc + N], -7.0f) << "wrote outside [0, N)";  // the last row ends at N
+        }
+      }
+    }
+  }
+}
+
 // prepare_cols, where a layout offers it, writes the bytes prepare writes for
 // its columns: rows rounded in column pieces, in either order, are the rows
 // rounded whole (a NaN block included). Every byte is compared over two
@@ -802,8 +855,8 @@ TEST_P(KernelTest, PreparedQ8GemmIsTheUnsplitKernelBitForBit) {
 // the MoE's path that rounds hidden rows per thread runs on every machine.
 TEST_P(KernelTest, PreparedColumnPiecesAreTheWholeRowsBytes) {
   std::mt19937 rng(23);
-  const PreparedGemm* kinds[] = {&t().q8_prepared, &t().q8p16_prepared, &t().q8cp16_prepared, &t().bf16dot_prepared,
-                                 &t().bf16dot_tiles_prepared};
+  const PreparedGemm* kinds[] = {&t().q8_prepared,      &t().q8p16_prepared,         &t().q8cp16_prepared,
+                                 &t().bf16dot_prepared, &t().bf16dot_tiles_prepared, &t().bf16dotp16_prepared};
   if (GetParam().isa == Isa::kScalar) {
     for (const PreparedGemm* pg : kinds) ASSERT_NE(pg->prepare_cols, nullptr);
   }

@@ -82,16 +82,30 @@ TEST(PackWeights, PacksBf16Matrices) {
 }
 
 // `--precision bf16` makes kBF16Dot matrices, whose kernel multiplies rows
-// of bf16 by bf16-rounded activations; the panel kernels widen against f32
-// activations, another computation, so those matrices keep their rows.
-TEST(PackWeights, MustNotPackBf16DotMatrices) {
+// of bf16 by bf16-rounded activations. They become kBF16DotP16, whose
+// kernel rounds the activations too, never kBF16P16 (f32 activations,
+// another computation); the bytes are bf16p16's layout of the same rows;
+// the MoE gate stays f32 rows.
+TEST(PackWeights, PacksBf16DotMatricesIntoBf16DotPanels) {
   ir::Graph g = small_graph();
   ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
-  ASSERT_TRUE(PackWeights().run(g).ok());
+  const ir::Value rows = input_of(g, "proj", 1);
+  ASSERT_EQ(rows.dtype, DType::kBF16Dot);
+  const std::vector<uint16_t> w16(static_cast<const uint16_t*>(rows.data),
+                                  static_cast<const uint16_t*>(rows.data) + 20 * 20);
+  auto changed = PackWeights().run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
   ASSERT_TRUE(g.verify().ok()) << g.verify().message();
-  EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kBF16Dot);
-  EXPECT_EQ(input_of(g, "output", 1).dtype, DType::kBF16Dot);
-  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16Dot) << i;
+  EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kBF16DotP16);
+  EXPECT_EQ(input_of(g, "output", 1).dtype, DType::kBF16DotP16);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16DotP16) << i;
+  EXPECT_EQ(input_of(g, "moe", 1).dtype, DType::kF32);
+  const ir::Value& v = input_of(g, "proj", 1);
+  ASSERT_EQ(v.bytes(), 32u * 20u * 2u);
+  std::vector<uint16_t> back(20 * 20);
+  unpack_panels(static_cast<const uint16_t*>(v.data), 20, 20, back.data());
+  EXPECT_EQ(back, w16);
 }
 
 TEST(PackWeights, RowsIsANoOpAndOthersAreRefused) {
@@ -291,17 +305,36 @@ TEST(PackWeights, MustNotPackBlockScaledRowsIntoChannelPanels) {
   EXPECT_EQ(moe_pass.stats().notes.size(), 1u);
 }
 
+// `--precision bf16-mixed` asks to keep bf16dot matrices in rows (its
+// experts run the row kernel's bf16 dot products): its Linears (kBF16)
+// become panels, its experts stay rows, and the pass notes the MoE.
+TEST(PackWeights, MustNotPackBf16DotMatricesWhenAskedToKeepThemRows) {
+  ir::Graph g = small_graph();
+  ASSERT_TRUE(WeightPrecision("bf16-mixed").run(g).ok());
+  PackWeights pass("panels", false, false);
+  auto changed = pass.run(g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().message();
+  EXPECT_EQ(input_of(g, "proj", 1).dtype, DType::kBF16P16);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16Dot) << i;
+  ASSERT_EQ(pass.stats().notes.size(), 1u);
+  EXPECT_NE(pass.stats().notes[0].find("bf16dot stays rows"), std::string::npos) << pass.stats().notes[0];
+}
+
 TEST(PackWeights, MustNotPackAMoeWhoseExpertsTheKernelsDoNotTake) {
-  // Experts made bf16dot (`--precision bf16`) keep their row format, and the
-  // pass notes why.
+  // Experts already in the tile layout (`--weight-layout tiles`) are not
+  // rows the panels take: they stay tiles, and the pass notes why.
   ir::Graph g;
   add_moe(g, g.add_input("x", DType::kF32, {2, 32}, RowDim::kTokens), 32, 32);
   ASSERT_TRUE(WeightPrecision("bf16").run(g).ok());
+  ASSERT_TRUE(PackWeights("tiles").run(g).ok());
+  for (size_t i = 2; i < 6; ++i) ASSERT_EQ(input_of(g, "moe", i).dtype, DType::kBF16DotT16) << i;
   PackWeights pass;
   auto changed = pass.run(g);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
   EXPECT_FALSE(*changed);
-  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16Dot) << i;
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(input_of(g, "moe", i).dtype, DType::kBF16DotT16) << i;
   EXPECT_EQ(input_of(g, "moe", 1).dtype, DType::kF32);
   ASSERT_EQ(pass.stats().notes.size(), 1u);
   EXPECT_NE(pass.stats().notes[0].find("moe"), std::string::npos);

@@ -75,6 +75,7 @@ const char* npy_descr(ir::DType t) {
     case ir::DType::kBF16DotT16:
     case ir::DType::kQ8P16:
     case ir::DType::kQ8CP16:
+    case ir::DType::kBF16DotP16:
       return nullptr;
   }
   return nullptr;

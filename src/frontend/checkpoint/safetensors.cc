@@ -43,6 +43,7 @@ const char* dtype_tag(ir::DType t) {
     case ir::DType::kBF16DotT16:
     case ir::DType::kQ8P16:
     case ir::DType::kQ8CP16:
+    case ir::DType::kBF16DotP16:
       return "?";
   }
   return "?";

@@ -118,6 +118,7 @@ void write_elem(Tensor& t, int64_t i, bool src_float, double f, int64_t n) {
     case DType::kBF16DotT16:
     case DType::kQ8P16:
     case DType::kQ8CP16:
+    case DType::kBF16DotP16:
       break;
   }
 }

@@ -199,6 +199,12 @@ void prepare_bf16dot_cols(int64_t M, int64_t K, int64_t k0, int64_t k1, const fl
 void prepare_bf16dot(int64_t M, int64_t K, const float* A, int64_t lda, uint8_t* P) {
   prepare_bf16dot_cols(M, K, 0, K, A, lda, P);
 }
+// The same rows against bf16 panels (kernels.h, bf16dotp16_prepared).
+void gemm_bf16dot_panels_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                  int64_t ldw, float* C, int64_t ldc) {
+  (void)ldw;
+  gemm_nt_bf16p16(M, n0, n1, K, reinterpret_cast<const float*>(P), K, static_cast<const uint16_t*>(W), C, ldc, {});
+}
 void gemm_bf16dot_prepared(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W, int64_t ldw,
                            float* C, int64_t ldc) {
   gemm_nt_bf16(M, n0, n1, K, reinterpret_cast<const float*>(P), K, static_cast<const uint16_t*>(W), ldw, C, ldc);
@@ -327,6 +333,8 @@ constexpr KernelTable kTable = {
                                prepare_bf16dot_cols, 16},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
+    .bf16dotp16_prepared = {bf16dot_prepared_row_bytes, prepare_bf16dot, gemm_bf16dot_panels_prepared,
+                            prepare_bf16dot_cols, 16},
     .gemm_nt_q8p16 = gemm_nt_q8_rowwise<gemm_q8_panels_prepared<false>>,
     .q8p16_prepared = {q8_prepared_row_bytes, prepare_q8, gemm_q8_panels_prepared<false>, prepare_q8_cols,
                        ir::kQ8Block},

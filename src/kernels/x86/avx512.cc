@@ -931,6 +931,9 @@ constexpr KernelTable kTable = {
                                kBf16DotRoundedColGroup},
     .gemm_nt_p16 = gemm_nt_p16,
     .gemm_nt_bf16p16 = gemm_nt_bf16p16,
+    .bf16dotp16_prepared = {bf16dot_rounded_row_bytes, prepare_bf16dot_rounded,
+                            gemm_bf16dot_panels_rounded<gemm_nt_bf16p16>, prepare_bf16dot_rounded_cols,
+                            kBf16DotRoundedColGroup},
     .gemm_nt_q8p16 = gemm_nt_q8p_avx2<false>,  // the VNNI table below replaces it
     .q8p16_prepared = {q8_row_bytes_avx2, prepare_q8_avx2, gemm_q8p_prepared_avx2<false>, prepare_q8_cols_avx2,
                        kQ8PrepareColGroup},

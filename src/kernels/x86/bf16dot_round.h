@@ -50,5 +50,15 @@ void gemm_bf16dot_rounded(int64_t M, int64_t n0, int64_t n1, int64_t K, const ui
   GemmBf16(M, n0, n1, K, reinterpret_cast<const float*>(P), K, static_cast<const uint16_t*>(W), ldw, C, ldc);
 }
 
+// The same rows against bf16 panels (kernels.h, bf16dotp16_prepared): the
+// table's gemm_nt_bf16p16 on them.
+template <void (*GemmBf16P16)(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const uint16_t*, float*,
+                              int64_t, ReadNext)>
+void gemm_bf16dot_panels_rounded(int64_t M, int64_t n0, int64_t n1, int64_t K, const uint8_t* P, const void* W,
+                                 int64_t ldw, float* C, int64_t ldc) {
+  (void)ldw;
+  GemmBf16P16(M, n0, n1, K, reinterpret_cast<const float*>(P), K, static_cast<const uint16_t*>(W), C, ldc, {});
+}
+
 }  // namespace
 }  // namespace k3::kernels

@@ -86,9 +86,8 @@ void run_RmsNorm(const OpCall& c) {
   });
 }
 
-void gemm_bf16dot_tiles(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
+void gemm_prepared_here(const kernels::PreparedGemm& pg, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
                         const uint8_t* w, float* C, int64_t ldc) {
-  const kernels::PreparedGemm& pg = kt->bf16dot_tiles_prepared;
   if (x.prepared != nullptr) {
     pg.gemm(M, n0, n1, K, x.prepared, w, 0, C, ldc);
     return;

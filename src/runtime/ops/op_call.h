@@ -61,16 +61,17 @@ struct ActRows {
   }
 };
 
-// The tile-layout bf16 dot product (kernels.h, bf16dot_tiles_prepared) on
-// rows x, rounding them here, a chunk at a time on the stack, when the caller
-// has not (out of line: the buffer must not sit in every gemm_weight frame).
-void gemm_bf16dot_tiles(const kernels::KernelTable* kt, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
+// A product in two steps (kernels.h, PreparedGemm; the bf16 dot product in
+// the tile and panel layouts) on rows x, rounding them here, a chunk at a
+// time on the stack, when the caller has not (out of line: the buffer must
+// not sit in every gemm_weight frame).
+void gemm_prepared_here(const kernels::PreparedGemm& pg, int64_t M, int64_t n0, int64_t n1, int64_t K, const ActRows& x,
                         const uint8_t* w, float* C, int64_t ldc);
 
 // C[M, n0..n1) = A[M, K] . W[row0 + n0 .. row0 + n1, K]^T for a weight
 // argument stored as f32 or bf16 ([N, K], dense rows; kBF16Dot rounds A to
 // bf16 too), int8 blocks
-// (ir::DType::kQ8), f32 / bf16 panels (ir::DType::kF32P16 / kBF16P16,
+// (ir::DType::kQ8), f32 / bf16 panels (ir::DType::kF32P16 / kBF16P16 / kBF16DotP16,
 // util/panel.h) or int8 panels (ir::DType::kQ8P16 / kQ8CP16, util/q8_panel.h): the kernel sees the rows from row0 on as
 // a matrix of their own (a Linear's split output; row0 is a multiple of 16, so panels start on a panel). `next`
 // (kernels::ReadNext) names the weights the caller multiplies next; the panel kernels prefetch them (next_rows below
@@ -92,7 +93,17 @@ inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
         kt->gemm_nt_bf16dot(M, n0, n1, K, A, lda, reinterpret_cast<const uint16_t*>(base + r * k * 2), K, C, ldc);
       break;
     case ir::DType::kBF16DotT16:  // row0 / 16 whole blocks of 16 x Kp
-      gemm_bf16dot_tiles(kt, M, n0, n1, K, x, base + r * static_cast<uint64_t>(tile_padded_cols(K)) * 2, C, ldc);
+      gemm_prepared_here(kt->bf16dot_tiles_prepared, M, n0, n1, K, x,
+                         base + r * static_cast<uint64_t>(tile_padded_cols(K)) * 2, C, ldc);
+      break;
+    case ir::DType::kBF16DotP16:  // row0 / 16 whole panels of 16 x K
+      // Prepared rows are f32 values (kernels.h, bf16dotp16_prepared): the
+      // panel kernel takes them directly, with the caller's hint.
+      if (x.prepared != nullptr)
+        kt->gemm_nt_bf16p16(M, n0, n1, K, reinterpret_cast<const float*>(x.prepared), x.prepared_stride / 4,
+                            reinterpret_cast<const uint16_t*>(base + r * k * 2), C, ldc, next);
+      else
+        gemm_prepared_here(kt->bf16dotp16_prepared, M, n0, n1, K, x, base + r * k * 2, C, ldc);
       break;
     case ir::DType::kQ8:
       if (x.prepared != nullptr)
@@ -126,7 +137,7 @@ inline void gemm_weight(const kernels::KernelTable* kt, int64_t M, int64_t n0, i
 inline kernels::ReadNext next_rows(const TensorArg& w, int64_t K, int64_t n0, int64_t n1) {
   int64_t elem = 0;
   if (w.value->dtype == ir::DType::kF32P16) elem = 4;
-  if (w.value->dtype == ir::DType::kBF16P16) elem = 2;
+  if (w.value->dtype == ir::DType::kBF16P16 || w.value->dtype == ir::DType::kBF16DotP16) elem = 2;
   if (elem == 0 || n1 <= n0) return {};
   const int64_t p0 = n0 / 16, p1 = (n1 + 15) / 16;  // whole panels of 16 rows x K
   return {static_cast<const uint8_t*>(w.data) + p0 * 16 * K * elem, (p1 - p0) * 16 * K * elem};

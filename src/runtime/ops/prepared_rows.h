@@ -21,6 +21,7 @@ inline const kernels::PreparedGemm* prepared_gemm(const kernels::KernelTable* kt
   if (dt == ir::DType::kQ8CP16) return &kt->q8cp16_prepared;
   if (dt == ir::DType::kBF16Dot) return &kt->bf16dot_prepared;
   if (dt == ir::DType::kBF16DotT16) return &kt->bf16dot_tiles_prepared;
+  if (dt == ir::DType::kBF16DotP16) return &kt->bf16dotp16_prepared;
   return nullptr;
 }
 
@@ -29,7 +30,8 @@ inline const kernels::PreparedGemm* prepared_gemm(const kernels::KernelTable* kt
 inline uint64_t prepared_bytes_bound(ir::DType dt, int64_t rows, int64_t K) {
   int64_t per_row = 0;
   if (ir::dtype_is_q8(dt)) per_row = kernels::q8_prepared_row_bytes_bound(K);
-  if (dt == ir::DType::kBF16Dot || dt == ir::DType::kBF16DotT16) per_row = kernels::bf16dot_prepared_row_bytes_bound(K);
+  if (dt == ir::DType::kBF16Dot || dt == ir::DType::kBF16DotT16 || dt == ir::DType::kBF16DotP16)
+    per_row = kernels::bf16dot_prepared_row_bytes_bound(K);
   return align_up(static_cast<uint64_t>(rows) * static_cast<uint64_t>(per_row), 64);
 }
 

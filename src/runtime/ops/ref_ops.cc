@@ -96,7 +96,8 @@ WeightF32 weight_f32(const TensorArg& w) {
     out.data = out.owned.data();
     return out;
   }
-  if (w.value->dtype == ir::DType::kF32P16 || w.value->dtype == ir::DType::kBF16P16) {
+  if (w.value->dtype == ir::DType::kF32P16 || w.value->dtype == ir::DType::kBF16P16 ||
+      w.value->dtype == ir::DType::kBF16DotP16) {
     std::vector<float> rows(static_cast<size_t>(n));
     if (w.value->dtype == ir::DType::kF32P16) {
       unpack_panels(static_cast<const float*>(w.data), w.dim(0), w.cols(), rows.data());
@@ -132,7 +133,8 @@ WeightF32 weight_f32(const TensorArg& w) {
 // differs from the kernels.
 void linear_weight(const float* x, int64_t rows, int64_t k_dim, const TensorArg& w, int64_t n_dim, float* y) {
   const WeightF32 wf = weight_f32(w);
-  if (w.value->dtype == ir::DType::kBF16Dot || w.value->dtype == ir::DType::kBF16DotT16) {
+  if (w.value->dtype == ir::DType::kBF16Dot || w.value->dtype == ir::DType::kBF16DotT16 ||
+      w.value->dtype == ir::DType::kBF16DotP16) {
     std::vector<float> xr(static_cast<size_t>(rows * k_dim));
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
     return linear_rows(xr.data(), rows, k_dim, wf.data, n_dim, y);

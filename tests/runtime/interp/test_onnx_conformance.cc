@@ -194,6 +194,7 @@ double as_double(const Tensor& t, int64_t i) {
     case DType::kBF16DotT16:
     case DType::kQ8P16:
     case DType::kQ8CP16:
+    case DType::kBF16DotP16:
       return 0;
   }
   return 0;
