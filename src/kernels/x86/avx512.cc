@@ -260,13 +260,60 @@ void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps,
     for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
   constexpr int64_t kRowsPerLine = 64 / (kPanel * static_cast<int64_t>(sizeof(WT)));
   constexpr int64_t kAhead = kPanelPrefetchBytes / (kPanel * static_cast<int64_t>(sizeof(WT)));
-  for (int64_t k = 0; k < K; ++k) {
+  // Blocks of 16 k (a cache line of each row of A), unrolled, so each
+  // broadcast and weight load is one load off a pointer plus a constant,
+  // and the prefetch and spread bookkeeping runs once a block.
+  constexpr int64_t kB = 16;
+  const int64_t blocks = K / kB;
+  const int64_t steps = blocks + K % kB;  // spread steps: one a block, one a k of the tail
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t k = b * kB;
+    const float* a[MR];
+#pragma GCC unroll 24
+    for (int i = 0; i < MR; ++i) a[i] = A + i * lda + k;
+    const WT* w[NP];
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) w[j] = W + j * ps + k * kPanel;
+      // Opaque to the optimizer: GCC 12 otherwise strength-reduces the rows'
+      // addresses across k and keeps several in xmm registers or on the
+      // stack, a vmovq (port 0, which the FMAs need) or a reload for a
+      // broadcast of every k. One thread, bench_kernels
+      // avx512/gemm_nt_(p16|bf16p16)_(hot|stream)/M(32|128)_N1536_K512: f32
+      // 4-24% more GFLOP/s, bf16 1-11% (docs/performance.md). Copying each
+      // block of rows to the stack instead, to broadcast off one pointer, was
+      // slower for f32 (M32 hot 143-145 against 159-165).
+#pragma GCC unroll 24
+    for (int i = 0; i < MR; ++i) __asm__("" : "+r"(a[i]));
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) __asm__("" : "+r"(w[j]));
+    if (prefetch) {
+#pragma GCC unroll 16
+      for (int64_t t = 0; t < kB; t += kRowsPerLine)
+#pragma GCC unroll 4
+        for (int j = 0; j < NP; ++j)
+          _mm_prefetch(reinterpret_cast<const char*>(w[j] + (t + kAhead) * kPanel), _MM_HINT_T1);
+    }
+    if (spread.lines > 0) panel_spread_step(spread, spread_state, steps);
+#pragma GCC unroll 16
+    for (int t = 0; t < kB; ++t) {
+      __m512 wv[NP];
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) wv[j] = load_panel_row(w[j] + t * kPanel);
+#pragma GCC unroll 24
+      for (int i = 0; i < MR; ++i) {
+        const __m512 av = _mm512_set1_ps(a[i][t]);
+#pragma GCC unroll 4
+        for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
+      }
+    }
+  }
+  for (int64_t k = blocks * kB; k < K; ++k) {
     if (prefetch && k % kRowsPerLine == 0) {
 #pragma GCC unroll 4
       for (int j = 0; j < NP; ++j)
         _mm_prefetch(reinterpret_cast<const char*>(W + j * ps + (k + kAhead) * kPanel), _MM_HINT_T1);
     }
-    if (spread.lines > 0) panel_spread_step(spread, spread_state, K);
+    if (spread.lines > 0) panel_spread_step(spread, spread_state, steps);
     __m512 w[NP];
 #pragma GCC unroll 4
     for (int j = 0; j < NP; ++j) w[j] = load_panel_row(W + j * ps + k * kPanel);
