@@ -17,6 +17,7 @@
 #include "runtime/ops/op_call.h"
 #include "util/aligned_buffer.h"
 #include "util/half.h"
+#include "util/panel.h"
 #include "util/quant.h"
 
 namespace k3::runtime::testing {
@@ -34,7 +35,9 @@ class OpTester {
     return id;
   }
   // A [N, K] weight of dtype dt from random values in [-1, 1]: int8 blocks
-  // (util/quant.h) for kQ8, bf16 bits for kBF16 / kBF16Dot.
+  // (util/quant.h) for kQ8, bf16 bits for kBF16 / kBF16Dot, and the panel
+  // layouts of f32 or bf16 values (util/panel.h) for kF32P16 / kBF16P16 /
+  // kBF16DotP16.
   int weight(const std::string& name, std::vector<int64_t> shape, ir::DType dt) {
     if (dt == ir::DType::kF32) return f32(name, std::move(shape));
     const int64_t n = shape[0], k = shape[1];
@@ -46,6 +49,12 @@ class OpTester {
     if (dt == ir::DType::kQ8) {
       const auto rb = static_cast<int64_t>(ir::q8_row_bytes(static_cast<uint64_t>(k)));
       for (int64_t r = 0; r < n; ++r) quantize_q8_row(v.data() + r * k, k, bytes.data() + r * rb);
+    } else if (dt == ir::DType::kF32P16) {  // util/panel.h
+      pack_panels(v.data(), n, k, reinterpret_cast<float*>(bytes.data()));
+    } else if (dt == ir::DType::kBF16P16 || dt == ir::DType::kBF16DotP16) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+      pack_panels(h.data(), n, k, reinterpret_cast<uint16_t*>(bytes.data()));
     } else {
       for (size_t i = 0; i < v.size(); ++i) {
         const uint16_t h = f32_to_bf16(v[i]);

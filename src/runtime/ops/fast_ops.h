@@ -20,7 +20,8 @@ int64_t moe_active_experts(const OpCall& c);
 //   kTokens:  each thread its share of the tokens and every expert they
 //             chose (run_by_tokens);
 //   kExperts: each thread whole experts over all their tokens
-//             (run_by_experts): prefill with f32 expert weights, and
+//             (run_by_experts): prefill with f32 expert weights (rows
+//             or panels) and bf16 panels, and
 //             decode where assign_experts balances the chosen experts.
 enum class MoeSplit : int32_t { kColumns = 0, kTokens = 1, kExperts = 2 };
 

@@ -279,7 +279,7 @@ void combine(const OpCall& c, const MoeLayout& l, int64_t t, int64_t d, int64_t 
 // runs every expert its tokens chose over them (run_expert) and combines
 // its tokens' outputs: one region, and no activation crosses to the other
 // core; each thread streams the weights of every expert its tokens chose.
-// The expert split (run_by_experts, which f32 experts take) gives each
+// The expert split (run_by_experts, which f32 experts and bf16 panels take) gives each
 // thread whole experts (no weight read twice) but hands every token's input
 // and result rows between the cores; where the two vCPUs sat on different
 // L3s (the Zen 4 host, some minutes: a 300-400 ns round trip between them
@@ -307,8 +307,8 @@ void run_by_tokens(const OpCall& c, const MoeLayout& l, const ExpertPass& p, con
   expert_offsets(at<int32_t>(c.workspace, l.sel), 0, rows * p.k, p.n_exp, at<int32_t>(c.workspace, l.offs));
 }
 
-// Whole experts split across the threads: prefill with f32 experts
-// (moe_prefill_split), and decode where they balance (run_Moe). After the
+// Whole experts split across the threads: prefill with f32 experts and bf16
+// panels (moe_prefill_split), and decode where they balance (run_Moe). After the
 // routing and grouping of every row, each thread runs the experts
 // assign_experts gave it (run_expert: gather, multiply, activate,
 // multiply), then the tokens' outputs are combined: in a second region,
@@ -379,7 +379,19 @@ MoeSplit moe_prefill_split(int64_t rows, int64_t top_k, int64_t n_experts, int64
   // medians 303.4 / 299.1 ms, 10 pairs); for int8 the token split's steps
   // were faster (204.1 / 224.4), as it was far apart on the Zen 4 host
   // (docs/performance.md, "Whole experts per thread for f32 weights").
-  return expert_dtype == ir::DType::kF32 ? MoeSplit::kExperts : MoeSplit::kTokens;
+  // In the panel layouts the same held for f32 and bf16 (measured on
+  // bf16dot_p16, `--precision bf16`; bf16p16 runs the same panel kernel on
+  // f32 activations) on the 480 MiB-L3 Intel host once
+  // the panel tile stopped being front-end bound: two-thread k3-base
+  // prefill, 4 pairs in turn, fp32 panels 138-151 ms a step against
+  // 162-174 (MoE 109-117 against 133-141), bf16 panels 123-126 against
+  // 127-136 (docs/performance.md). Each thread's rows of an expert then
+  // fill the 12-row tiles, where the token split left 16 a thread (two
+  // 8-row tiles reading every panel twice). bf16dot rows were the same
+  // either way there (197-206 ms both).
+  const bool experts = expert_dtype == ir::DType::kF32 || expert_dtype == ir::DType::kF32P16 ||
+                       expert_dtype == ir::DType::kBF16P16 || expert_dtype == ir::DType::kBF16DotP16;
+  return experts ? MoeSplit::kExperts : MoeSplit::kTokens;
 }
 
 bool assign_experts(const int32_t* offs, int64_t n_experts, int64_t threads, int32_t* bin_of) {
