@@ -840,7 +840,9 @@ TEST_P(KernelTest, GemmBf16DotPanelsBitExactVsReference) {
             for (int64_t k = 0; k < K; ++k) mag += std::fabs(Ar[m * K + k] * bf16_to_f32(W16[n * K + k]));
             ASSERT_NEAR(C[i], Rows[i], 1e-5f * std::sqrt(static_cast<float>(K)) * mag) << "M=" << M << " K=" << K;
           }
-          if (m + 1 < M) ASSERT_EQ(C[m * ldc + N], -7.0f) << "wrote outside [0, N)";  // the last row ends at N
+          if (m + 1 < M) {  // the last row ends at N
+            ASSERT_EQ(C[m * ldc + N], -7.0f) << "wrote outside [0, N)";
+          }
         }
       }
     }
