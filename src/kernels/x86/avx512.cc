@@ -243,6 +243,23 @@ inline __m512 panel_columns(const uint16_t*, __m512 acc) {
   return _mm512_permutexvar_ps(unslot, acc);
 }
 
+// One k step of a panel tile: acc[i][j] += A[i, k] * (panel j's 16
+// weights at k), with a[i] at row i's A[i, k0] and w[j] at panel j's k0,
+// k = k0 + t.
+template <class WT, int MR, int NP>
+__attribute__((always_inline)) inline void panel_step(const float* const (&a)[MR], const WT* const (&w)[NP], int64_t t,
+                                                      __m512 (&acc)[MR][NP]) {
+  __m512 wv[NP];
+#pragma GCC unroll 4
+  for (int j = 0; j < NP; ++j) wv[j] = load_panel_row(w[j] + t * kPanel);
+#pragma GCC unroll 24
+  for (int i = 0; i < MR; ++i) {
+    const __m512 av = _mm512_set1_ps(a[i][t]);
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
+  }
+}
+
 // C[0..MR, 16 * NP columns) = A[0..MR, :K] . (NP panels)^T. Panel j starts
 // at W + j * ps and its 16 outputs at C + j * pcs. If `prefetch`, each
 // panel's stream is prefetched into L2 kPanelPrefetchBytes ahead (past a
@@ -260,14 +277,13 @@ void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps,
     for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
   constexpr int64_t kRowsPerLine = 64 / (kPanel * static_cast<int64_t>(sizeof(WT)));
   constexpr int64_t kAhead = kPanelPrefetchBytes / (kPanel * static_cast<int64_t>(sizeof(WT)));
-  // Blocks of 16 k (a cache line of each row of A), unrolled, so each
-  // broadcast and weight load is one load off a pointer plus a constant,
-  // and the prefetch and spread bookkeeping runs once a block.
+  // Blocks of 16 k (a cache line of each row of A), a whole block
+  // unrolled, so each broadcast and weight load is one load off a pointer
+  // plus a constant, and the prefetch and spread bookkeeping runs once a
+  // block. The last block may be shorter.
   constexpr int64_t kB = 16;
-  const int64_t blocks = K / kB;
-  const int64_t steps = blocks + K % kB;  // spread steps: one a block, one a k of the tail
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t k = b * kB;
+  const int64_t blocks = (K + kB - 1) / kB;  // spread steps: one a block
+  for (int64_t k = 0; k < K; k += kB) {
     const float* a[MR];
 #pragma GCC unroll 24
     for (int i = 0; i < MR; ++i) a[i] = A + i * lda + k;
@@ -286,42 +302,19 @@ void panel_tile(int64_t K, const float* A, int64_t lda, const WT* W, int64_t ps,
     for (int i = 0; i < MR; ++i) __asm__("" : "+r"(a[i]));
 #pragma GCC unroll 4
     for (int j = 0; j < NP; ++j) __asm__("" : "+r"(w[j]));
-    if (prefetch) {
+    if (prefetch) {  // a short last block prefetches past K: hints never fault
 #pragma GCC unroll 16
       for (int64_t t = 0; t < kB; t += kRowsPerLine)
 #pragma GCC unroll 4
         for (int j = 0; j < NP; ++j)
           _mm_prefetch(reinterpret_cast<const char*>(w[j] + (t + kAhead) * kPanel), _MM_HINT_T1);
     }
-    if (spread.lines > 0) panel_spread_step(spread, spread_state, steps);
+    if (spread.lines > 0) panel_spread_step(spread, spread_state, blocks);
+    if (K - k >= kB) {
 #pragma GCC unroll 16
-    for (int t = 0; t < kB; ++t) {
-      __m512 wv[NP];
-#pragma GCC unroll 4
-      for (int j = 0; j < NP; ++j) wv[j] = load_panel_row(w[j] + t * kPanel);
-#pragma GCC unroll 24
-      for (int i = 0; i < MR; ++i) {
-        const __m512 av = _mm512_set1_ps(a[i][t]);
-#pragma GCC unroll 4
-        for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(av, wv[j], acc[i][j]);
-      }
-    }
-  }
-  for (int64_t k = blocks * kB; k < K; ++k) {
-    if (prefetch && k % kRowsPerLine == 0) {
-#pragma GCC unroll 4
-      for (int j = 0; j < NP; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(W + j * ps + (k + kAhead) * kPanel), _MM_HINT_T1);
-    }
-    if (spread.lines > 0) panel_spread_step(spread, spread_state, steps);
-    __m512 w[NP];
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) w[j] = load_panel_row(W + j * ps + k * kPanel);
-#pragma GCC unroll 24
-    for (int i = 0; i < MR; ++i) {
-      const __m512 a = _mm512_set1_ps(A[i * lda + k]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(a, w[j], acc[i][j]);
+      for (int64_t t = 0; t < kB; ++t) panel_step(a, w, t, acc);
+    } else {
+      for (int64_t t = 0; t < K - k; ++t) panel_step(a, w, t, acc);
     }
   }
 #pragma GCC unroll 24
